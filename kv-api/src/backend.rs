@@ -1,0 +1,126 @@
+//! The storage seam under the MVCC store: ordered buckets of bytes with atomic batch writes.
+//!
+//! `raft-node` implements it on sled; [`MemBackend`] is the in-memory implementation for unit tests.
+
+use std::collections::BTreeMap;
+
+use parking_lot::RwLock;
+
+/// The buckets the store keeps.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Bucket {
+    /// Revision (16 bytes, big-endian) → an encoded [`crate::store::StoredKv`].
+    Key,
+    /// Bookkeeping: the compacted revision, and whatever the embedding layer adds (the applied log id).
+    Meta,
+}
+
+impl Bucket {
+    pub const ALL: [Bucket; 2] = [Bucket::Key, Bucket::Meta];
+
+    /// A one-byte tag, for backends that keep every bucket in one keyspace.
+    pub fn tag(self) -> u8 {
+        match self {
+            Bucket::Key => b'k',
+            Bucket::Meta => b'm',
+        }
+    }
+}
+
+/// One change of a batch: a value to set, or `None` to delete.
+pub type BatchOp = (Bucket, Vec<u8>, Option<Vec<u8>>);
+
+/// Changes applied atomically by [`Backend::write`].
+#[derive(Clone, Debug, Default)]
+pub struct WriteBatch {
+    pub ops: Vec<BatchOp>,
+}
+
+impl WriteBatch {
+    pub fn put(&mut self, bucket: Bucket, key: impl Into<Vec<u8>>, value: impl Into<Vec<u8>>) {
+        self.ops.push((bucket, key.into(), Some(value.into())));
+    }
+
+    pub fn delete(&mut self, bucket: Bucket, key: impl Into<Vec<u8>>) {
+        self.ops.push((bucket, key.into(), None));
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.ops.is_empty()
+    }
+}
+
+/// A backend failure (disk I/O, corruption): never caused by a client request.
+#[derive(Debug, thiserror::Error)]
+#[error("backend: {0}")]
+pub struct BackendError(pub String);
+
+/// Ordered key-value buckets with atomic batches.
+pub trait Backend: Send + Sync + 'static {
+    fn get(&self, bucket: Bucket, key: &[u8]) -> Result<Option<Vec<u8>>, BackendError>;
+
+    /// Calls `visit` on every entry of `bucket` in key order until it returns false.
+    fn scan(&self, bucket: Bucket, visit: &mut dyn FnMut(&[u8], &[u8]) -> bool) -> Result<(), BackendError>;
+
+    /// Applies every change of `batch`, all or nothing.
+    fn write(&self, batch: WriteBatch) -> Result<(), BackendError>;
+
+    /// Replaces the whole content of every bucket with `batch`, all or nothing (snapshot install).
+    fn replace_all(&self, batch: WriteBatch) -> Result<(), BackendError>;
+
+    /// Bytes the backend occupies (on disk for persistent backends).
+    fn size_bytes(&self) -> u64;
+}
+
+/// An in-memory [`Backend`] for tests.
+#[derive(Debug, Default)]
+pub struct MemBackend {
+    buckets: RwLock<BTreeMap<(Bucket, Vec<u8>), Vec<u8>>>,
+}
+
+impl MemBackend {
+    fn apply(map: &mut BTreeMap<(Bucket, Vec<u8>), Vec<u8>>, batch: WriteBatch) {
+        for (bucket, key, value) in batch.ops {
+            match value {
+                Some(value) => map.insert((bucket, key), value),
+                None => map.remove(&(bucket, key)),
+            };
+        }
+    }
+}
+
+impl Backend for MemBackend {
+    fn get(&self, bucket: Bucket, key: &[u8]) -> Result<Option<Vec<u8>>, BackendError> {
+        Ok(self.buckets.read().get(&(bucket, key.to_vec())).cloned())
+    }
+
+    fn scan(&self, bucket: Bucket, visit: &mut dyn FnMut(&[u8], &[u8]) -> bool) -> Result<(), BackendError> {
+        let map = self.buckets.read();
+        for ((_, key), value) in map.range((bucket, Vec::new())..).take_while(|((b, _), _)| *b == bucket) {
+            if !visit(key, value) {
+                break;
+            }
+        }
+        Ok(())
+    }
+
+    fn write(&self, batch: WriteBatch) -> Result<(), BackendError> {
+        Self::apply(&mut self.buckets.write(), batch);
+        Ok(())
+    }
+
+    fn replace_all(&self, batch: WriteBatch) -> Result<(), BackendError> {
+        let mut map = self.buckets.write();
+        map.clear();
+        Self::apply(&mut map, batch);
+        Ok(())
+    }
+
+    fn size_bytes(&self) -> u64 {
+        self.buckets
+            .read()
+            .iter()
+            .map(|((_, k), v)| (k.len() + v.len()) as u64)
+            .sum()
+    }
+}

@@ -1,0 +1,43 @@
+//! The consensus seam: how the services reach Raft without knowing it.
+
+use std::future::Future;
+use std::sync::Arc;
+
+use parking_lot::RwLock;
+use proto::etcdserverpb as pb;
+
+use crate::command::{Command, CommandResponse};
+use crate::error::Result;
+use crate::store::MvccStore;
+
+/// The store as the services and the state machine share it.
+pub type SharedStore = Arc<RwLock<MvccStore>>;
+
+/// What the Raft layer tells about itself, for `Maintenance.Status`.
+#[derive(Clone, Debug, Default)]
+pub struct RaftStatus {
+    /// Member id of the current leader, 0 when there is none.
+    pub leader: u64,
+    pub raft_index: u64,
+    pub raft_term: u64,
+    pub raft_applied_index: u64,
+    pub is_learner: bool,
+}
+
+/// Replication of commands and linearizable reads, as the etcd API needs them.
+pub trait Consensus: Send + Sync + 'static {
+    /// Proposes a write; resolves with the response apply produced, once this member applied it.
+    fn propose(&self, cmd: Command) -> impl Future<Output = Result<CommandResponse>> + Send;
+
+    /// Resolves once this member has applied everything committed before the call (read index), so a
+    /// read of the local store that follows is linearizable.
+    fn read_barrier(&self) -> impl Future<Output = Result<()>> + Send;
+
+    /// A response header with the cluster id, this member's id and the current term (revision 0).
+    fn header(&self) -> pb::ResponseHeader;
+
+    fn raft_status(&self) -> RaftStatus;
+
+    /// The cluster's members, with their published URLs.
+    fn members(&self) -> Vec<pb::Member>;
+}

@@ -1,0 +1,125 @@
+//! The one error type of the etcd API, and the one table that turns it into a gRPC status with etcd's code
+//! and exact message (clients match on the text).
+
+use serde::{Deserialize, Serialize};
+use tonic::{Code, Status};
+
+/// Everything a request can fail with. Variants that a request can cause travel back through Raft, so
+/// the type is serializable.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error, Serialize, Deserialize)]
+pub enum Error {
+    #[error("etcdserver: key is not provided")]
+    EmptyKey,
+    #[error("etcdserver: key not found")]
+    KeyNotFound,
+    #[error("etcdserver: value is provided")]
+    ValueProvided,
+    #[error("etcdserver: lease is provided")]
+    LeaseProvided,
+    #[error("etcdserver: too many operations in txn request")]
+    TooManyOps,
+    #[error("etcdserver: duplicate key given in txn request")]
+    DuplicateKey,
+    #[error("etcdserver: request is too large")]
+    RequestTooLarge,
+    #[error("etcdserver: mvcc: required revision has been compacted")]
+    Compacted,
+    #[error("etcdserver: mvcc: required revision is a future revision")]
+    FutureRevision,
+    #[error("etcdserver: requested lease not found")]
+    LeaseNotFound,
+    #[error("etcdserver: no leader")]
+    NoLeader,
+    #[error("etcdserver: not capable")]
+    NotCapable,
+    #[error("etcdserver: server stopped")]
+    Stopped,
+    #[error("etcdserver: request timed out")]
+    Timeout,
+    #[error("etcdserver: leader changed")]
+    LeaderChanged,
+    /// The store or the consensus layer failed in a way no request caused (disk error, broken invariant).
+    #[error("etcdserver: {0}")]
+    Internal(String),
+}
+
+impl Error {
+    /// The gRPC code etcd answers with for this error.
+    pub fn code(&self) -> Code {
+        match self {
+            Error::EmptyKey
+            | Error::KeyNotFound
+            | Error::ValueProvided
+            | Error::LeaseProvided
+            | Error::TooManyOps
+            | Error::DuplicateKey
+            | Error::RequestTooLarge => Code::InvalidArgument,
+            Error::Compacted | Error::FutureRevision => Code::OutOfRange,
+            Error::LeaseNotFound => Code::NotFound,
+            Error::NoLeader | Error::NotCapable | Error::Stopped | Error::Timeout | Error::LeaderChanged => {
+                Code::Unavailable
+            }
+            Error::Internal(_) => Code::Unknown,
+        }
+    }
+}
+
+impl From<Error> for Status {
+    fn from(err: Error) -> Self {
+        Status::new(err.code(), err.to_string())
+    }
+}
+
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn statuses_carry_etcd_codes_and_texts() {
+        let cases = [
+            (
+                Error::EmptyKey,
+                Code::InvalidArgument,
+                "etcdserver: key is not provided",
+            ),
+            (
+                Error::Compacted,
+                Code::OutOfRange,
+                "etcdserver: mvcc: required revision has been compacted",
+            ),
+            (
+                Error::FutureRevision,
+                Code::OutOfRange,
+                "etcdserver: mvcc: required revision is a future revision",
+            ),
+            (
+                Error::TooManyOps,
+                Code::InvalidArgument,
+                "etcdserver: too many operations in txn request",
+            ),
+            (
+                Error::DuplicateKey,
+                Code::InvalidArgument,
+                "etcdserver: duplicate key given in txn request",
+            ),
+            (
+                Error::RequestTooLarge,
+                Code::InvalidArgument,
+                "etcdserver: request is too large",
+            ),
+            (
+                Error::LeaseNotFound,
+                Code::NotFound,
+                "etcdserver: requested lease not found",
+            ),
+            (Error::NoLeader, Code::Unavailable, "etcdserver: no leader"),
+        ];
+        for (err, code, text) in cases {
+            let status = Status::from(err);
+            assert_eq!(status.code(), code);
+            assert_eq!(status.message(), text);
+        }
+    }
+}

@@ -1,0 +1,173 @@
+//! The in-memory index of every key: key bytes → [`KeyIndex`], ordered by key for range scans.
+
+use std::collections::BTreeMap;
+use std::ops::Bound;
+
+use crate::key_index::{KeyAt, KeyIndex};
+use crate::revision::Revision;
+
+/// A key range as etcd requests give it: `end` empty means the single key `start`, `end == [0]` means every
+/// key `>= start`, otherwise the half-open interval `[start, end)`.
+#[derive(Clone, Copy, Debug)]
+pub struct KeyRange<'a> {
+    pub start: &'a [u8],
+    pub end: &'a [u8],
+}
+
+impl<'a> KeyRange<'a> {
+    pub fn new(start: &'a [u8], end: &'a [u8]) -> Self {
+        Self { start, end }
+    }
+
+    pub fn is_single(&self) -> bool {
+        self.end.is_empty()
+    }
+
+    fn bounds(&self) -> (Bound<&'a [u8]>, Bound<&'a [u8]>) {
+        let upper = match self.end {
+            [] => Bound::Included(self.start),
+            [0] => Bound::Unbounded,
+            end => Bound::Excluded(end),
+        };
+        (Bound::Included(self.start), upper)
+    }
+
+    /// Whether `key` falls in the range.
+    pub fn contains(&self, key: &[u8]) -> bool {
+        match self.end {
+            [] => key == self.start,
+            [0] => key >= self.start,
+            end => key >= self.start && key < end,
+        }
+    }
+
+    /// An empty interval (`end <= start`, not a special form) holds no key.
+    fn is_void(&self) -> bool {
+        !matches!(self.end, [] | [0]) && self.end <= self.start
+    }
+}
+
+/// Every key's history, in key order.
+#[derive(Debug, Default)]
+pub struct TreeIndex {
+    keys: BTreeMap<Vec<u8>, KeyIndex>,
+}
+
+impl TreeIndex {
+    pub fn put(&mut self, key: &[u8], rev: Revision) {
+        self.keys.entry(key.to_vec()).or_default().put(rev);
+    }
+
+    pub fn restore(&mut self, key: &[u8], created: Revision, rev: Revision, version: i64) {
+        self.keys
+            .entry(key.to_vec())
+            .or_default()
+            .restore(created, rev, version);
+    }
+
+    pub fn restore_tombstone(&mut self, key: &[u8], rev: Revision) {
+        if let Some(ki) = self.keys.get_mut(key) {
+            ki.restore_tombstone(rev);
+        }
+    }
+
+    /// Ends the life of `key` at `rev`; false when it was not alive.
+    pub fn tombstone(&mut self, key: &[u8], rev: Revision) -> bool {
+        self.keys.get_mut(key).is_some_and(|ki| ki.tombstone(rev))
+    }
+
+    pub fn get(&self, key: &[u8], at: i64) -> Option<KeyAt> {
+        self.keys.get(key).and_then(|ki| ki.get(at))
+    }
+
+    /// Keys of `range` alive at `at`, in key order, each with where it stood then.
+    pub fn range(&self, range: KeyRange<'_>, at: i64) -> impl Iterator<Item = (&[u8], KeyAt)> + '_ {
+        let iter = if range.is_void() {
+            None
+        } else {
+            Some(self.keys.range::<[u8], _>(range.bounds()))
+        };
+        iter.into_iter()
+            .flatten()
+            .filter_map(move |(key, ki)| ki.get(at).map(|found| (key.as_slice(), found)))
+    }
+
+    /// Keys of `range` with their whole index, dead or alive; for watchers replaying history.
+    pub fn range_indexes(&self, range: KeyRange<'_>) -> impl Iterator<Item = (&[u8], &KeyIndex)> + '_ {
+        let iter = if range.is_void() {
+            None
+        } else {
+            Some(self.keys.range::<[u8], _>(range.bounds()))
+        };
+        iter.into_iter().flatten().map(|(key, ki)| (key.as_slice(), ki))
+    }
+
+    /// Compacts every key at `at`; returns the revisions no longer needed.
+    pub fn compact(&mut self, at: i64) -> Vec<Revision> {
+        let mut freed = Vec::new();
+        self.keys.retain(|_, ki| !ki.compact(at, &mut freed));
+        freed.sort_unstable();
+        freed
+    }
+
+    /// Number of keys in the index, dead or alive.
+    pub fn len(&self) -> usize {
+        self.keys.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.keys.is_empty()
+    }
+
+    pub fn clear(&mut self) {
+        self.keys.clear();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn rev(main: i64) -> Revision {
+        Revision::new(main, 0)
+    }
+
+    fn keys_at(index: &TreeIndex, start: &[u8], end: &[u8], at: i64) -> Vec<Vec<u8>> {
+        index
+            .range(KeyRange::new(start, end), at)
+            .map(|(k, _)| k.to_vec())
+            .collect()
+    }
+
+    #[test]
+    fn ranges_follow_etcd_forms() {
+        let mut index = TreeIndex::default();
+        for (i, key) in [&b"a"[..], b"b", b"ba", b"c"].iter().enumerate() {
+            index.put(key, rev(i as i64 + 2));
+        }
+        index.tombstone(b"b", rev(6));
+        let cases: [(&[u8], &[u8], i64, Vec<&[u8]>); 6] = [
+            (b"b", b"", 5, vec![b"b"]),
+            (b"b", b"", 6, vec![]),
+            (b"b", b"c", 5, vec![b"b", b"ba"]),
+            (b"b", b"\0", 6, vec![b"ba", b"c"]),
+            (b"\0", b"\0", 6, vec![b"a", b"ba", b"c"]),
+            (b"c", b"a", 6, vec![]),
+        ];
+        for (start, end, at, want) in cases {
+            let want: Vec<Vec<u8>> = want.into_iter().map(|k| k.to_vec()).collect();
+            assert_eq!(keys_at(&index, start, end, at), want, "{start:?}..{end:?} at {at}");
+        }
+    }
+
+    #[test]
+    fn compaction_removes_dead_keys() {
+        let mut index = TreeIndex::default();
+        index.put(b"a", rev(2));
+        index.put(b"b", rev(3));
+        index.tombstone(b"a", rev(4));
+        assert_eq!(index.compact(4), vec![rev(2), rev(4)]);
+        assert_eq!(index.len(), 1);
+        assert_eq!(keys_at(&index, b"a", b"\0", 4), vec![b"b".to_vec()]);
+    }
+}

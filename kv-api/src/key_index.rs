@@ -1,0 +1,324 @@
+//! The history of one key: its revisions grouped into generations.
+//!
+//! A *generation* is one life of a key, from the put that creates it to the delete (tombstone) that ends
+//! it. A key's index holds its generations oldest first; the last one is the current life, which is empty
+//! while the key is deleted.
+//!
+//! # Worked example
+//!
+//! ```text
+//! put foo @2, put foo @3, delete foo @4, put foo @5, put foo @7
+//!
+//! generations: {created 2, revs [2, 3, 4(tombstone)]}
+//!              {created 5, revs [5, 7]}              <- current life, version 2
+//! ```
+//!
+//! Reading at a revision finds the generation alive then and the newest revision not after it:
+//! at 3 the key is `(mod 3, create 2, version 2)`; at 4 it does not exist (its tombstone is at 4); at 6 it is
+//! `(mod 5, create 5, version 1)`.
+//!
+//! Compacting at revision `c` keeps, in each generation, the newest revision `<= c` (what a read at `c` needs)
+//! and everything after `c`, and drops the rest. A generation whose tombstone is `<= c` goes entirely, since
+//! no read at or after `c` can see it:
+//!
+//! ```text
+//! compact @4: the first generation ends with its tombstone @4 -> removed (2, 3, 4 are freed)
+//!             {created 5, revs [5, 7]}                         -> unchanged
+//! compact @6: {created 5, revs [5, 7]} keeps 5 (newest <= 6) and 7
+//! compact @7: keeps only 7; a read at 7 still sees (mod 7, create 5, version 2)
+//! ```
+//!
+//! When every generation is gone and the current one is empty, the key leaves the index.
+
+use crate::revision::Revision;
+
+/// One life of a key.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+struct Generation {
+    /// Revision of the put that created the key in this life.
+    created: Revision,
+    /// Version of the key at the newest revision of `revs` (1 for the creating put, +1 per change).
+    version: i64,
+    /// Revisions of the changes of this life, oldest first; the last one is the tombstone once the life ended.
+    revs: Vec<Revision>,
+}
+
+impl Generation {
+    fn is_empty(&self) -> bool {
+        self.revs.is_empty()
+    }
+
+    /// Index in `revs` of the newest revision with `main <= at`.
+    fn newest_at(&self, at: i64) -> Option<usize> {
+        let n = self.revs.partition_point(|rev| rev.main <= at);
+        n.checked_sub(1)
+    }
+}
+
+/// Where a key stood at some revision.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct KeyAt {
+    /// Revision of the change that produced the value seen.
+    pub modified: Revision,
+    /// Revision of the put that created the key's current life.
+    pub created: Revision,
+    /// Number of changes since creation (1 for the creating put).
+    pub version: i64,
+}
+
+/// Generations of one key; see the module documentation.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct KeyIndex {
+    generations: Vec<Generation>,
+}
+
+impl Default for KeyIndex {
+    fn default() -> Self {
+        Self {
+            generations: vec![Generation::default()],
+        }
+    }
+}
+
+impl KeyIndex {
+    fn current(&mut self) -> &mut Generation {
+        self.generations
+            .last_mut()
+            .expect("a key index always has a current generation")
+    }
+
+    /// True while the key's current life has started and not ended.
+    pub fn is_alive(&self) -> bool {
+        self.generations.last().is_some_and(|g| !g.is_empty())
+    }
+
+    /// The newest revision of the key, tombstones included.
+    pub fn modified(&self) -> Option<Revision> {
+        self.generations.iter().rev().find_map(|g| g.revs.last().copied())
+    }
+
+    /// Records a put at `rev`.
+    pub fn put(&mut self, rev: Revision) {
+        let current = self.current();
+        if current.is_empty() {
+            current.created = rev;
+            current.version = 0;
+        }
+        current.revs.push(rev);
+        current.version += 1;
+    }
+
+    /// Restores a key found in the backend at `rev`, whose stored value says it was created at `created`
+    /// with `version`; used to rebuild the index on startup.
+    pub fn restore(&mut self, created: Revision, rev: Revision, version: i64) {
+        let current = self.current();
+        if current.is_empty() {
+            current.created = created;
+        }
+        current.revs.push(rev);
+        current.version = version;
+    }
+
+    /// Records a delete at `rev`, ending the current life. Returns false (and changes nothing) when the key
+    /// is not alive.
+    pub fn tombstone(&mut self, rev: Revision) -> bool {
+        if !self.is_alive() {
+            return false;
+        }
+        self.put(rev);
+        self.generations.push(Generation::default());
+        true
+    }
+
+    /// Restores a tombstone found in the backend at `rev`.
+    pub fn restore_tombstone(&mut self, rev: Revision) {
+        if self.is_alive() {
+            self.tombstone(rev);
+        } else {
+            // The life this tombstone ended was compacted away except for the tombstone itself, which
+            // compaction would have removed too; nothing to restore.
+        }
+    }
+
+    /// The key as a read at main revision `at` sees it, or `None` when it did not exist then.
+    pub fn get(&self, at: i64) -> Option<KeyAt> {
+        let last = self.generations.len() - 1;
+        for (i, generation) in self.generations.iter().enumerate().rev() {
+            let Some(first) = generation.revs.first() else { continue };
+            if first.main > at {
+                continue;
+            }
+            // This is the newest generation that had started by `at`.
+            let n = generation.newest_at(at)?;
+            if i != last && n == generation.revs.len() - 1 {
+                // `at` is at or after the tombstone that ended this life.
+                return None;
+            }
+            let behind = (generation.revs.len() - 1 - n) as i64;
+            return Some(KeyAt {
+                modified: generation.revs[n],
+                created: generation.created,
+                version: generation.version - behind,
+            });
+        }
+        None
+    }
+
+    /// Drops the revisions no read at or after `at` can see, appending them to `freed`. Returns true when the
+    /// key has no revision left and can leave the index.
+    pub fn compact(&mut self, at: i64, freed: &mut Vec<Revision>) -> bool {
+        let last = self.generations.len() - 1;
+        let mut keep = Vec::with_capacity(self.generations.len());
+        for (i, mut generation) in std::mem::take(&mut self.generations).into_iter().enumerate() {
+            let closed = i != last;
+            match generation.newest_at(at) {
+                Some(n) if closed && n == generation.revs.len() - 1 => {
+                    // The whole life, tombstone included, is at or before `at`.
+                    freed.extend_from_slice(&generation.revs);
+                    continue;
+                }
+                Some(n) => {
+                    freed.extend(generation.revs.drain(..n));
+                }
+                None => {}
+            }
+            keep.push(generation);
+        }
+        self.generations = keep;
+        if self.generations.is_empty() {
+            self.generations.push(Generation::default());
+        }
+        self.generations.len() == 1 && self.generations[0].is_empty()
+    }
+
+    /// Revisions of this key with `main > after`, oldest first, each with whether it is a tombstone; for
+    /// watchers catching up from history.
+    pub fn revisions_after(&self, after: i64) -> Vec<(Revision, bool)> {
+        let last = self.generations.len() - 1;
+        let mut out = Vec::new();
+        for (i, generation) in self.generations.iter().enumerate() {
+            let start = generation.revs.partition_point(|rev| rev.main <= after);
+            for (j, rev) in generation.revs.iter().enumerate().skip(start) {
+                let tombstone = i != last && j == generation.revs.len() - 1;
+                out.push((*rev, tombstone));
+            }
+        }
+        out
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn rev(main: i64) -> Revision {
+        Revision::new(main, 0)
+    }
+
+    /// The key of the module documentation's worked example.
+    fn example() -> KeyIndex {
+        let mut ki = KeyIndex::default();
+        ki.put(rev(2));
+        ki.put(rev(3));
+        assert!(ki.tombstone(rev(4)));
+        ki.put(rev(5));
+        ki.put(rev(7));
+        ki
+    }
+
+    fn at(modified: i64, created: i64, version: i64) -> Option<KeyAt> {
+        Some(KeyAt {
+            modified: rev(modified),
+            created: rev(created),
+            version,
+        })
+    }
+
+    #[test]
+    fn reads_follow_generations() {
+        let ki = example();
+        let cases = [
+            (1, None),
+            (2, at(2, 2, 1)),
+            (3, at(3, 2, 2)),
+            (4, None),
+            (5, at(5, 5, 1)),
+            (6, at(5, 5, 1)),
+        ];
+        for (read_at, want) in cases {
+            assert_eq!(ki.get(read_at), want, "read at {read_at}");
+        }
+        assert_eq!(ki.get(100), at(7, 5, 2));
+        assert!(ki.is_alive());
+        assert_eq!(ki.modified(), Some(rev(7)));
+    }
+
+    #[test]
+    fn tombstone_of_a_dead_key_is_refused() {
+        let mut ki = KeyIndex::default();
+        assert!(!ki.tombstone(rev(2)));
+        ki.put(rev(2));
+        assert!(ki.tombstone(rev(3)));
+        assert!(!ki.tombstone(rev(4)));
+        assert_eq!(ki.get(3), None);
+        assert_eq!(ki.modified(), Some(rev(3)));
+    }
+
+    #[test]
+    fn compaction_follows_the_worked_example() {
+        let cases: [(i64, &[i64], bool); 5] = [
+            (1, &[], false),
+            (3, &[2], false),
+            (4, &[2, 3, 4], false),
+            (6, &[2, 3, 4], false),
+            (7, &[2, 3, 4, 5], false),
+        ];
+        for (compact_at, freed_want, empty_want) in cases {
+            let mut ki = example();
+            let mut freed = Vec::new();
+            let empty = ki.compact(compact_at, &mut freed);
+            let freed: Vec<i64> = freed.iter().map(|r| r.main).collect();
+            assert_eq!(freed, freed_want, "compact at {compact_at}");
+            assert_eq!(empty, empty_want);
+            // Every read at or after the compaction point answers as before.
+            for read_at in compact_at..9 {
+                assert_eq!(
+                    ki.get(read_at),
+                    example().get(read_at),
+                    "compact {compact_at}, read {read_at}"
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn compacting_a_deleted_key_empties_it() {
+        let mut ki = KeyIndex::default();
+        ki.put(rev(2));
+        ki.tombstone(rev(3));
+        let mut freed = Vec::new();
+        assert!(!ki.compact(2, &mut freed));
+        assert_eq!(freed, vec![]);
+        assert!(ki.compact(3, &mut freed));
+        assert_eq!(freed, vec![rev(2), rev(3)]);
+    }
+
+    #[test]
+    fn restore_rebuilds_the_same_answers() {
+        let mut ki = KeyIndex::default();
+        ki.restore(rev(5), rev(7), 2);
+        assert_eq!(ki.get(7), at(7, 5, 2));
+        ki.put(rev(9));
+        assert_eq!(ki.get(9), at(9, 5, 3));
+    }
+
+    #[test]
+    fn revisions_after_marks_tombstones() {
+        let ki = example();
+        assert_eq!(
+            ki.revisions_after(3),
+            vec![(rev(4), true), (rev(5), false), (rev(7), false)]
+        );
+        assert_eq!(ki.revisions_after(7), vec![]);
+    }
+}

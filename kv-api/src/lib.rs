@@ -1,0 +1,39 @@
+//! etcd v3 API semantics, independent of Raft and of the disk.
+//!
+//! # Layout
+//!
+//! - [`revision`]: `(main, sub)` revisions and their byte encoding.
+//! - [`key_index`]: one key's history as generations (with a worked example of compaction).
+//! - [`index`]: the in-memory index of every key, and etcd's key-range forms.
+//! - [`backend`]: the [`Backend`] storage seam, and [`MemBackend`] for tests.
+//! - [`store`]: the MVCC store: apply of writes, reads at any revision, compaction, snapshots.
+//! - [`range`]: Range options applied after the index scan (filters, sort, limit).
+//! - [`txn`]: compares and the checks apply makes before running a txn.
+//! - [`validate`]: request checks made before proposing (etcd's gRPC-layer checks and limits).
+//! - [`command`]: the commands that travel through the log, and their responses.
+//! - [`consensus`]: the [`Consensus`] seam to Raft.
+//! - [`error`]: the one error type and its mapping to gRPC statuses.
+//! - [`service`]: the tonic services (KV, Maintenance, Cluster).
+
+pub mod backend;
+pub mod command;
+pub mod consensus;
+pub mod error;
+pub mod index;
+pub mod key_index;
+pub mod range;
+pub mod revision;
+pub mod service;
+pub mod store;
+pub mod txn;
+pub mod validate;
+
+pub use backend::{Backend, BackendError, Bucket, MemBackend, WriteBatch};
+pub use command::{Command, CommandResponse};
+pub use consensus::{Consensus, RaftStatus, SharedStore};
+pub use error::{Error, Result};
+pub use store::MvccStore;
+
+/// The etcd version this server emulates, reported by `Maintenance.Status` unless configured otherwise.
+/// kube-apiserver enables watch progress requests only from 3.5.13 on.
+pub const ETCD_VERSION: &str = "3.5.17";

@@ -1,0 +1,142 @@
+//! `etcdserverpb.KV`: Range, Put, DeleteRange, Txn, Compact.
+
+use std::sync::Arc;
+
+use prost::Message;
+use proto::etcdserverpb as pb;
+use tonic::{Request, Response, Status};
+
+use super::{fill_header, ApiConfig};
+use crate::command::{Command, CommandResponse};
+use crate::consensus::{Consensus, SharedStore};
+use crate::error::{Error, Result};
+use crate::{txn, validate};
+
+pub struct KvService<C> {
+    consensus: Arc<C>,
+    store: SharedStore,
+    config: ApiConfig,
+}
+
+impl<C: Consensus> KvService<C> {
+    pub fn new(consensus: Arc<C>, store: SharedStore, config: ApiConfig) -> Self {
+        Self {
+            consensus,
+            store,
+            config,
+        }
+    }
+
+    async fn propose(&self, cmd: Command, encoded_len: usize) -> Result<CommandResponse> {
+        validate::check_size(encoded_len, &self.config.limits)?;
+        self.consensus.propose(cmd).await
+    }
+
+    async fn range(&self, req: pb::RangeRequest) -> Result<pb::RangeResponse> {
+        validate::check_range(&req)?;
+        if !req.serializable {
+            self.consensus.read_barrier().await?;
+        }
+        let mut resp = self.store.read().range(&req)?;
+        fill_header(&*self.consensus, &self.store, &mut resp.header);
+        Ok(resp)
+    }
+
+    async fn put(&self, req: pb::PutRequest) -> Result<pb::PutResponse> {
+        validate::check_put(&req)?;
+        let len = req.encoded_len();
+        match self.propose(Command::Put(req), len).await? {
+            CommandResponse::Put(mut resp) => {
+                fill_header(&*self.consensus, &self.store, &mut resp.header);
+                Ok(resp)
+            }
+            other => Err(mismatch(&other)),
+        }
+    }
+
+    async fn delete_range(&self, req: pb::DeleteRangeRequest) -> Result<pb::DeleteRangeResponse> {
+        validate::check_delete(&req)?;
+        let len = req.encoded_len();
+        match self.propose(Command::DeleteRange(req), len).await? {
+            CommandResponse::DeleteRange(mut resp) => {
+                fill_header(&*self.consensus, &self.store, &mut resp.header);
+                Ok(resp)
+            }
+            other => Err(mismatch(&other)),
+        }
+    }
+
+    async fn txn(&self, req: pb::TxnRequest) -> Result<pb::TxnResponse> {
+        validate::check_txn(&req, &self.config.limits)?;
+        let mut resp = if txn::is_read_only(&req) {
+            // Reads need no log entry: a read barrier makes them linearizable.
+            if !is_serializable(&req) {
+                self.consensus.read_barrier().await?;
+            }
+            self.store.read().txn_read_only(&req)?
+        } else {
+            let len = req.encoded_len();
+            match self.propose(Command::Txn(req), len).await? {
+                CommandResponse::Txn(resp) => resp,
+                other => return Err(mismatch(&other)),
+            }
+        };
+        fill_header(&*self.consensus, &self.store, &mut resp.header);
+        Ok(resp)
+    }
+
+    async fn compact(&self, req: pb::CompactionRequest) -> Result<pb::CompactionResponse> {
+        let len = req.encoded_len();
+        match self.propose(Command::Compact(req), len).await? {
+            CommandResponse::Compact(mut resp) => {
+                fill_header(&*self.consensus, &self.store, &mut resp.header);
+                Ok(resp)
+            }
+            other => Err(mismatch(&other)),
+        }
+    }
+}
+
+/// A read-only txn is served without a read barrier only when every range in it asks to be serializable,
+/// as etcd does.
+fn is_serializable(req: &pb::TxnRequest) -> bool {
+    use pb::request_op::Request as Op;
+    req.success.iter().chain(&req.failure).all(|op| match &op.request {
+        Some(Op::RequestRange(r)) => r.serializable,
+        Some(Op::RequestTxn(inner)) => is_serializable(inner),
+        _ => true,
+    })
+}
+
+fn mismatch(resp: &CommandResponse) -> Error {
+    Error::Internal(format!("apply answered with the wrong kind of response: {resp:?}"))
+}
+
+#[tonic::async_trait]
+impl<C: Consensus> pb::kv_server::Kv for KvService<C> {
+    async fn range(&self, request: Request<pb::RangeRequest>) -> Result<Response<pb::RangeResponse>, Status> {
+        Ok(Response::new(self.range(request.into_inner()).await?))
+    }
+
+    async fn put(&self, request: Request<pb::PutRequest>) -> Result<Response<pb::PutResponse>, Status> {
+        Ok(Response::new(self.put(request.into_inner()).await?))
+    }
+
+    async fn delete_range(
+        &self,
+        request: Request<pb::DeleteRangeRequest>,
+    ) -> Result<Response<pb::DeleteRangeResponse>, Status> {
+        Ok(Response::new(self.delete_range(request.into_inner()).await?))
+    }
+
+    async fn txn(&self, request: Request<pb::TxnRequest>) -> Result<Response<pb::TxnResponse>, Status> {
+        Ok(Response::new(self.txn(request.into_inner()).await?))
+    }
+
+    async fn compact(
+        &self,
+        request: Request<pb::CompactionRequest>,
+    ) -> Result<Response<pb::CompactionResponse>, Status> {
+        Ok(Response::new(self.compact(request.into_inner()).await?))
+    }
+}

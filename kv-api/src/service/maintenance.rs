@@ -1,0 +1,111 @@
+//! `etcdserverpb.Maintenance`: Status and alarm listing; the rest arrives with the operations issue.
+
+use std::pin::Pin;
+use std::sync::Arc;
+
+use futures::Stream;
+use proto::etcdserverpb as pb;
+use tonic::{Request, Response, Status};
+
+use super::{fill_header, ApiConfig};
+use crate::consensus::{Consensus, SharedStore};
+
+pub struct MaintenanceService<C> {
+    consensus: Arc<C>,
+    store: SharedStore,
+    config: ApiConfig,
+}
+
+impl<C: Consensus> MaintenanceService<C> {
+    pub fn new(consensus: Arc<C>, store: SharedStore, config: ApiConfig) -> Self {
+        Self {
+            consensus,
+            store,
+            config,
+        }
+    }
+
+    fn header(&self) -> Option<pb::ResponseHeader> {
+        let mut header = None;
+        fill_header(&*self.consensus, &self.store, &mut header);
+        header
+    }
+}
+
+fn not_yet(what: &str) -> Status {
+    Status::unimplemented(format!("{what} is not implemented yet"))
+}
+
+type SnapshotStream = Pin<Box<dyn Stream<Item = Result<pb::SnapshotResponse, Status>> + Send>>;
+
+#[tonic::async_trait]
+impl<C: Consensus> pb::maintenance_server::Maintenance for MaintenanceService<C> {
+    async fn alarm(&self, request: Request<pb::AlarmRequest>) -> Result<Response<pb::AlarmResponse>, Status> {
+        match request.into_inner().action() {
+            // No alarm can be raised yet (the quota arrives with the operations issue), so none is active.
+            pb::alarm_request::AlarmAction::Get | pb::alarm_request::AlarmAction::Deactivate => {
+                Ok(Response::new(pb::AlarmResponse {
+                    header: self.header(),
+                    alarms: vec![],
+                }))
+            }
+            pb::alarm_request::AlarmAction::Activate => Err(not_yet("raising alarms")),
+        }
+    }
+
+    async fn status(&self, _request: Request<pb::StatusRequest>) -> Result<Response<pb::StatusResponse>, Status> {
+        let raft = self.consensus.raft_status();
+        let db_size = self.store.read().backend().size_bytes() as i64;
+        let mut errors = Vec::new();
+        if raft.leader == 0 {
+            errors.push(crate::error::Error::NoLeader.to_string());
+        }
+        Ok(Response::new(pb::StatusResponse {
+            header: self.header(),
+            version: self.config.version.clone(),
+            db_size,
+            leader: raft.leader,
+            raft_index: raft.raft_index,
+            raft_term: raft.raft_term,
+            raft_applied_index: raft.raft_applied_index,
+            errors,
+            db_size_in_use: db_size,
+            is_learner: raft.is_learner,
+        }))
+    }
+
+    async fn defragment(
+        &self,
+        _request: Request<pb::DefragmentRequest>,
+    ) -> Result<Response<pb::DefragmentResponse>, Status> {
+        Err(not_yet("Defragment"))
+    }
+
+    async fn hash(&self, _request: Request<pb::HashRequest>) -> Result<Response<pb::HashResponse>, Status> {
+        Err(not_yet("Hash"))
+    }
+
+    async fn hash_kv(&self, _request: Request<pb::HashKvRequest>) -> Result<Response<pb::HashKvResponse>, Status> {
+        Err(not_yet("HashKV"))
+    }
+
+    type SnapshotStream = SnapshotStream;
+
+    async fn snapshot(&self, _request: Request<pb::SnapshotRequest>) -> Result<Response<SnapshotStream>, Status> {
+        Err(not_yet("Snapshot"))
+    }
+
+    async fn move_leader(
+        &self,
+        _request: Request<pb::MoveLeaderRequest>,
+    ) -> Result<Response<pb::MoveLeaderResponse>, Status> {
+        Err(not_yet("MoveLeader"))
+    }
+
+    async fn downgrade(
+        &self,
+        _request: Request<pb::DowngradeRequest>,
+    ) -> Result<Response<pb::DowngradeResponse>, Status> {
+        Err(not_yet("Downgrade"))
+    }
+}

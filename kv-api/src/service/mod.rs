@@ -1,0 +1,40 @@
+//! The tonic services: thin handlers that validate, call the store or consensus, map errors and fill
+//! headers.
+
+pub mod cluster;
+pub mod kv;
+pub mod maintenance;
+
+use proto::etcdserverpb as pb;
+
+use crate::consensus::{Consensus, SharedStore};
+
+/// Completes a header from apply (which carries only a revision): identity and term from consensus, and
+/// the current store revision when apply left it 0.
+pub(crate) fn fill_header<C: Consensus>(consensus: &C, store: &SharedStore, header: &mut Option<pb::ResponseHeader>) {
+    let revision = header.as_ref().map_or(0, |h| h.revision);
+    let mut full = consensus.header();
+    full.revision = if revision != 0 {
+        revision
+    } else {
+        store.read().current_revision()
+    };
+    *header = Some(full);
+}
+
+/// Settings the API reports and enforces.
+#[derive(Clone, Debug)]
+pub struct ApiConfig {
+    pub limits: crate::validate::Limits,
+    /// The etcd version reported by `Maintenance.Status` (kube-apiserver gates features on it).
+    pub version: String,
+}
+
+impl Default for ApiConfig {
+    fn default() -> Self {
+        Self {
+            limits: Default::default(),
+            version: crate::ETCD_VERSION.to_string(),
+        }
+    }
+}

@@ -1,0 +1,493 @@
+//! The MVCC store: every revision of every key, on a [`Backend`], with the key index in memory.
+//!
+//! Writes happen only through [`MvccStore::apply`], called by the state machine in log order. Changes are
+//! staged in a batch (readable at once through an overlay) and reach the backend in one atomic
+//! [`MvccStore::commit`], together with whatever bookkeeping the caller staged with
+//! [`MvccStore::stage_meta`] — the applied log id, so that data and applied id never disagree.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use prost::Message;
+use proto::etcdserverpb as pb;
+use proto::mvccpb::KeyValue;
+
+use crate::backend::{Backend, BackendError, Bucket, WriteBatch};
+use crate::command::{Command, CommandResponse};
+use crate::error::{Error, Result};
+use crate::index::{KeyRange, TreeIndex};
+use crate::range;
+use crate::revision::Revision;
+use crate::txn;
+
+const META_COMPACT_REV: &[u8] = b"compact_rev";
+const ENTRY_PUT: u8 = 0;
+const ENTRY_TOMBSTONE: u8 = 1;
+
+impl From<BackendError> for Error {
+    fn from(err: BackendError) -> Self {
+        Error::Internal(err.to_string())
+    }
+}
+
+/// Encodes a revision's entry for the key bucket: a kind byte, then the `KeyValue`.
+fn encode_entry(tombstone: bool, kv: &KeyValue) -> Vec<u8> {
+    let mut out = Vec::with_capacity(1 + kv.encoded_len());
+    out.push(if tombstone { ENTRY_TOMBSTONE } else { ENTRY_PUT });
+    kv.encode(&mut out).expect("a Vec grows as needed");
+    out
+}
+
+fn decode_entry(bytes: &[u8]) -> Result<(bool, KeyValue)> {
+    let (kind, rest) = bytes
+        .split_first()
+        .ok_or_else(|| Error::Internal("empty key bucket entry".into()))?;
+    let kv = KeyValue::decode(rest).map_err(|e| Error::Internal(format!("corrupt key bucket entry: {e}")))?;
+    Ok((*kind == ENTRY_TOMBSTONE, kv))
+}
+
+/// The write in progress inside one `apply`.
+#[derive(Clone, Copy, Debug, Default)]
+struct WriteTxn {
+    /// Store revision when the request began; its changes take `begin + 1`.
+    begin: i64,
+    /// Changes made so far; the next one takes sub-revision `changes`.
+    changes: i64,
+}
+
+impl WriteTxn {
+    /// The revision reads inside the request see: its own changes once it made some.
+    fn read_rev(&self) -> i64 {
+        if self.changes > 0 {
+            self.begin + 1
+        } else {
+            self.begin
+        }
+    }
+}
+
+/// The MVCC key-value store of one member.
+pub struct MvccStore {
+    backend: Arc<dyn Backend>,
+    index: TreeIndex,
+    /// Revision of the newest change (1 on an empty store).
+    current: i64,
+    /// Revisions below this are gone; reads at it still work.
+    compacted: i64,
+    batch: WriteBatch,
+    /// Values staged in `batch`, readable before the commit.
+    staged: HashMap<Revision, KeyValue>,
+}
+
+impl std::fmt::Debug for MvccStore {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("MvccStore")
+            .field("current", &self.current)
+            .field("compacted", &self.compacted)
+            .finish()
+    }
+}
+
+impl MvccStore {
+    /// Opens the store on `backend`, rebuilding the key index from the revisions it holds.
+    pub fn open(backend: Arc<dyn Backend>) -> Result<Self> {
+        let mut store = Self {
+            backend,
+            index: TreeIndex::default(),
+            current: 1,
+            compacted: 0,
+            batch: WriteBatch::default(),
+            staged: HashMap::new(),
+        };
+        store.load()?;
+        Ok(store)
+    }
+
+    fn load(&mut self) -> Result<()> {
+        self.index.clear();
+        self.staged.clear();
+        self.batch = WriteBatch::default();
+        self.compacted = match self.backend.get(Bucket::Meta, META_COMPACT_REV)? {
+            Some(bytes) => decode_i64(&bytes)?,
+            None => 0,
+        };
+        let mut newest = 1;
+        let mut failure = None;
+        let index = &mut self.index;
+        self.backend.scan(Bucket::Key, &mut |key, value| {
+            let step = Revision::from_bytes(key)
+                .ok_or_else(|| Error::Internal("corrupt revision key".into()))
+                .and_then(|rev| decode_entry(value).map(|entry| (rev, entry)));
+            match step {
+                Ok((rev, (tombstone, kv))) => {
+                    if tombstone {
+                        index.restore_tombstone(&kv.key, rev);
+                    } else {
+                        index.restore(&kv.key, Revision::new(kv.create_revision, 0), rev, kv.version);
+                    }
+                    newest = rev.main;
+                    true
+                }
+                Err(err) => {
+                    failure = Some(err);
+                    false
+                }
+            }
+        })?;
+        if let Some(err) = failure {
+            return Err(err);
+        }
+        // Compaction may have removed the newest tombstones; the revision never goes back below it.
+        self.current = newest.max(self.compacted).max(1);
+        Ok(())
+    }
+
+    pub fn current_revision(&self) -> i64 {
+        self.current
+    }
+
+    pub fn compacted_revision(&self) -> i64 {
+        self.compacted
+    }
+
+    pub fn backend(&self) -> &Arc<dyn Backend> {
+        &self.backend
+    }
+
+    /// Serves a Range at the current revision.
+    pub fn range(&self, req: &pb::RangeRequest) -> Result<pb::RangeResponse> {
+        self.range_at(req, self.current)
+    }
+
+    /// Range seen from a store whose newest revision is `current`.
+    fn range_at(&self, req: &pb::RangeRequest, current: i64) -> Result<pb::RangeResponse> {
+        let at = match req.revision {
+            rev if rev > current => return Err(Error::FutureRevision),
+            rev if rev <= 0 => current,
+            rev => rev,
+        };
+        if at < self.compacted {
+            return Err(Error::Compacted);
+        }
+        let keys = self.index.range(KeyRange::new(&req.key, &req.range_end), at);
+        let plan = range::Plan::of(req);
+        let mut count = 0i64;
+        let mut kvs = Vec::new();
+        for (_, found) in keys {
+            count += 1;
+            if !req.count_only && plan.fetch.is_none_or(|n| kvs.len() < n) {
+                kvs.push(self.kv_at(found.modified)?);
+            }
+        }
+        let mut resp = range::finish(req, kvs);
+        resp.count = count;
+        resp.header = Some(revision_header(current));
+        Ok(resp)
+    }
+
+    /// The value stored at `rev`.
+    fn kv_at(&self, rev: Revision) -> Result<KeyValue> {
+        if let Some(kv) = self.staged.get(&rev) {
+            return Ok(kv.clone());
+        }
+        let bytes = self
+            .backend
+            .get(Bucket::Key, &rev.to_bytes())?
+            .ok_or_else(|| Error::Internal(format!("revision {rev:?} is indexed but not stored")))?;
+        Ok(decode_entry(&bytes)?.1)
+    }
+
+    /// Applies a write command. Errors are deterministic (every member gets the same) and leave the store
+    /// unchanged.
+    pub fn apply(&mut self, cmd: &Command) -> Result<CommandResponse> {
+        match cmd {
+            Command::Put(req) => self.apply_put(req).map(CommandResponse::Put),
+            Command::DeleteRange(req) => self.apply_delete(req).map(CommandResponse::DeleteRange),
+            Command::Txn(req) => self.txn(req).map(CommandResponse::Txn),
+            Command::Compact(req) => self.compact(req).map(CommandResponse::Compact),
+        }
+    }
+
+    fn begin(&self) -> WriteTxn {
+        WriteTxn {
+            begin: self.current,
+            changes: 0,
+        }
+    }
+
+    fn end(&mut self, txn: WriteTxn) -> i64 {
+        if txn.changes > 0 {
+            self.current += 1;
+        }
+        self.current
+    }
+
+    fn apply_put(&mut self, req: &pb::PutRequest) -> Result<pb::PutResponse> {
+        let mut txn = self.begin();
+        txn::check_put(self, req, txn.read_rev())?;
+        let resp = self.put(&mut txn, req)?;
+        self.end(txn);
+        Ok(resp)
+    }
+
+    fn apply_delete(&mut self, req: &pb::DeleteRangeRequest) -> Result<pb::DeleteRangeResponse> {
+        let mut txn = self.begin();
+        let resp = self.delete_range(&mut txn, req)?;
+        self.end(txn);
+        Ok(resp)
+    }
+
+    /// Evaluates a txn: compares against the store as it was before the txn, then runs the chosen
+    /// branches, all changes at one main revision. Read-only txns change nothing and may be run on any
+    /// member without consensus.
+    pub fn txn(&mut self, req: &pb::TxnRequest) -> Result<pb::TxnResponse> {
+        let path = txn::compare_path(self, req, self.current);
+        txn::check_ops(self, req, &path, self.current)?;
+        let mut txn = self.begin();
+        let mut path_iter = path.iter().copied();
+        let mut resp = self.run_txn(&mut txn, req, &mut path_iter)?;
+        let rev = self.end(txn);
+        resp.header = Some(revision_header(rev));
+        Ok(resp)
+    }
+
+    /// Serves a read-only txn (no put, no delete, at any depth) without changing anything.
+    pub fn txn_read_only(&self, req: &pb::TxnRequest) -> Result<pb::TxnResponse> {
+        debug_assert!(txn::is_read_only(req));
+        let path = txn::compare_path(self, req, self.current);
+        txn::check_ops(self, req, &path, self.current)?;
+        let mut path_iter = path.iter().copied();
+        let mut resp = self.run_read_only(req, &mut path_iter)?;
+        resp.header = Some(revision_header(self.current));
+        Ok(resp)
+    }
+
+    fn run_txn(
+        &mut self,
+        txn: &mut WriteTxn,
+        req: &pb::TxnRequest,
+        path: &mut impl Iterator<Item = bool>,
+    ) -> Result<pb::TxnResponse> {
+        let succeeded = path.next().unwrap_or(false);
+        let ops = if succeeded { &req.success } else { &req.failure };
+        let mut responses = Vec::with_capacity(ops.len());
+        for op in ops {
+            use pb::request_op::Request;
+            use pb::response_op::Response;
+            let response = match &op.request {
+                Some(Request::RequestRange(r)) => Response::ResponseRange(self.range_at(r, txn.read_rev())?),
+                Some(Request::RequestPut(r)) => Response::ResponsePut(self.put(txn, r)?),
+                Some(Request::RequestDeleteRange(r)) => Response::ResponseDeleteRange(self.delete_range(txn, r)?),
+                Some(Request::RequestTxn(r)) => {
+                    let mut inner = self.run_txn(txn, r, path)?;
+                    inner.header = Some(pb::ResponseHeader::default());
+                    Response::ResponseTxn(inner)
+                }
+                None => continue,
+            };
+            responses.push(pb::ResponseOp {
+                response: Some(response),
+            });
+        }
+        Ok(pb::TxnResponse {
+            header: None,
+            succeeded,
+            responses,
+        })
+    }
+
+    fn run_read_only(&self, req: &pb::TxnRequest, path: &mut impl Iterator<Item = bool>) -> Result<pb::TxnResponse> {
+        let succeeded = path.next().unwrap_or(false);
+        let ops = if succeeded { &req.success } else { &req.failure };
+        let mut responses = Vec::with_capacity(ops.len());
+        for op in ops {
+            use pb::request_op::Request;
+            use pb::response_op::Response;
+            let response = match &op.request {
+                Some(Request::RequestRange(r)) => Response::ResponseRange(self.range_at(r, self.current)?),
+                Some(Request::RequestTxn(r)) => {
+                    let mut inner = self.run_read_only(r, path)?;
+                    inner.header = Some(pb::ResponseHeader::default());
+                    Response::ResponseTxn(inner)
+                }
+                Some(Request::RequestPut(_) | Request::RequestDeleteRange(_)) => {
+                    return Err(Error::Internal("write inside a read-only txn".into()))
+                }
+                None => continue,
+            };
+            responses.push(pb::ResponseOp {
+                response: Some(response),
+            });
+        }
+        Ok(pb::TxnResponse {
+            header: None,
+            succeeded,
+            responses,
+        })
+    }
+
+    /// The key as a read at `at` sees it, with its value.
+    pub(crate) fn get_at(&self, key: &[u8], at: i64) -> Result<Option<KeyValue>> {
+        match self.index.get(key, at) {
+            Some(found) => self.kv_at(found.modified).map(Some),
+            None => Ok(None),
+        }
+    }
+
+    /// Every key of `range` alive at `at`, with values.
+    pub(crate) fn kvs_at(&self, range: KeyRange<'_>, at: i64) -> Result<Vec<KeyValue>> {
+        self.index
+            .range(range, at)
+            .map(|(_, found)| self.kv_at(found.modified))
+            .collect()
+    }
+
+    fn put(&mut self, txn: &mut WriteTxn, req: &pb::PutRequest) -> Result<pb::PutResponse> {
+        let prev = if req.prev_kv || req.ignore_value || req.ignore_lease {
+            self.get_at(&req.key, txn.read_rev())?
+        } else {
+            None
+        };
+        let mut value = req.value.clone();
+        let mut lease = req.lease;
+        if req.ignore_value || req.ignore_lease {
+            let prev = prev.as_ref().ok_or(Error::KeyNotFound)?;
+            if req.ignore_value {
+                value = prev.value.clone();
+            }
+            if req.ignore_lease {
+                lease = prev.lease;
+            }
+        }
+        let rev = Revision::new(txn.begin + 1, txn.changes);
+        let (create_revision, version) = match self.index.get(&req.key, rev.main) {
+            Some(found) => (found.created.main, found.version + 1),
+            None => (rev.main, 1),
+        };
+        let kv = KeyValue {
+            key: req.key.clone(),
+            create_revision,
+            mod_revision: rev.main,
+            version,
+            value,
+            lease,
+        };
+        self.stage(rev, false, kv);
+        self.index.put(&req.key, rev);
+        txn.changes += 1;
+        Ok(pb::PutResponse {
+            header: Some(revision_header(rev.main)),
+            prev_kv: if req.prev_kv { prev } else { None },
+        })
+    }
+
+    fn delete_range(&mut self, txn: &mut WriteTxn, req: &pb::DeleteRangeRequest) -> Result<pb::DeleteRangeResponse> {
+        let range = KeyRange::new(&req.key, &req.range_end);
+        let victims = self.kvs_at(range, txn.read_rev())?;
+        for victim in &victims {
+            let rev = Revision::new(txn.begin + 1, txn.changes);
+            let tombstone = KeyValue {
+                key: victim.key.clone(),
+                mod_revision: rev.main,
+                ..Default::default()
+            };
+            if !self.index.tombstone(&victim.key, rev) {
+                panic!(
+                    "key {:?} listed alive at {} but cannot be deleted",
+                    victim.key,
+                    txn.read_rev()
+                );
+            }
+            self.stage(rev, true, tombstone);
+            txn.changes += 1;
+        }
+        Ok(pb::DeleteRangeResponse {
+            header: Some(revision_header(txn.read_rev())),
+            deleted: victims.len() as i64,
+            prev_kvs: if req.prev_kv { victims } else { Vec::new() },
+        })
+    }
+
+    fn stage(&mut self, rev: Revision, tombstone: bool, kv: KeyValue) {
+        self.batch
+            .put(Bucket::Key, rev.to_bytes(), encode_entry(tombstone, &kv));
+        self.staged.insert(rev, kv);
+    }
+
+    fn compact(&mut self, req: &pb::CompactionRequest) -> Result<pb::CompactionResponse> {
+        if req.revision <= self.compacted {
+            return Err(Error::Compacted);
+        }
+        if req.revision > self.current {
+            return Err(Error::FutureRevision);
+        }
+        for rev in self.index.compact(req.revision) {
+            self.staged.remove(&rev);
+            self.batch.delete(Bucket::Key, rev.to_bytes());
+        }
+        self.compacted = req.revision;
+        self.batch
+            .put(Bucket::Meta, META_COMPACT_REV, req.revision.to_be_bytes());
+        Ok(pb::CompactionResponse {
+            header: Some(revision_header(self.current)),
+        })
+    }
+
+    /// Stages a bookkeeping value to be written atomically with the next commit.
+    pub fn stage_meta(&mut self, key: &[u8], value: Vec<u8>) {
+        self.batch.put(Bucket::Meta, key, value);
+    }
+
+    /// A bookkeeping value as last committed.
+    pub fn meta(&self, key: &[u8]) -> Result<Option<Vec<u8>>> {
+        Ok(self.backend.get(Bucket::Meta, key)?)
+    }
+
+    /// Writes everything staged since the last commit, atomically.
+    pub fn commit(&mut self) -> Result<()> {
+        if self.batch.is_empty() {
+            return Ok(());
+        }
+        let batch = std::mem::take(&mut self.batch);
+        self.backend.write(batch)?;
+        self.staged.clear();
+        Ok(())
+    }
+
+    /// Every committed entry of every bucket: the content of a snapshot.
+    pub fn export(&self) -> Result<Vec<(Bucket, Vec<u8>, Vec<u8>)>> {
+        let mut out = Vec::new();
+        for bucket in Bucket::ALL {
+            self.backend.scan(bucket, &mut |k, v| {
+                out.push((bucket, k.to_vec(), v.to_vec()));
+                true
+            })?;
+        }
+        Ok(out)
+    }
+
+    /// Replaces the whole store with a snapshot's content (from [`MvccStore::export`]).
+    pub fn install(&mut self, entries: Vec<(Bucket, Vec<u8>, Vec<u8>)>) -> Result<()> {
+        let mut batch = WriteBatch::default();
+        for (bucket, key, value) in entries {
+            batch.put(bucket, key, value);
+        }
+        self.backend.replace_all(batch)?;
+        self.load()
+    }
+}
+
+fn decode_i64(bytes: &[u8]) -> Result<i64> {
+    let arr: [u8; 8] = bytes
+        .try_into()
+        .map_err(|_| Error::Internal("corrupt meta revision".into()))?;
+    Ok(i64::from_be_bytes(arr))
+}
+
+/// A header carrying only a revision, as apply produces (the service fills in the rest).
+pub(crate) fn revision_header(revision: i64) -> pb::ResponseHeader {
+    pb::ResponseHeader {
+        revision,
+        ..Default::default()
+    }
+}

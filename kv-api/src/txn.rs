@@ -1,0 +1,134 @@
+//! Txn evaluation: compares, the branch path, and the checks apply makes before running any op.
+//!
+//! All compares of a txn, nested ones included, are evaluated against the store as it was before the txn;
+//! the result is the *path*: one boolean per txn on the way, in the order the ops visit them.
+
+use proto::etcdserverpb as pb;
+use proto::etcdserverpb::compare::{CompareResult, CompareTarget, TargetUnion};
+use proto::etcdserverpb::request_op::Request;
+use proto::mvccpb::KeyValue;
+
+use crate::error::{Error, Result};
+use crate::index::KeyRange;
+use crate::store::MvccStore;
+
+/// True when no branch of the txn, at any depth, writes.
+pub fn is_read_only(req: &pb::TxnRequest) -> bool {
+    req.success.iter().chain(&req.failure).all(|op| match &op.request {
+        Some(Request::RequestPut(_) | Request::RequestDeleteRange(_)) => false,
+        Some(Request::RequestTxn(inner)) => is_read_only(inner),
+        Some(Request::RequestRange(_)) | None => true,
+    })
+}
+
+/// The branch each txn on the way takes, evaluated at revision `at`.
+pub(crate) fn compare_path(store: &MvccStore, req: &pb::TxnRequest, at: i64) -> Vec<bool> {
+    let mut path = Vec::new();
+    push_path(store, req, at, &mut path);
+    path
+}
+
+fn push_path(store: &MvccStore, req: &pb::TxnRequest, at: i64, path: &mut Vec<bool>) {
+    let succeeded = req.compare.iter().all(|c| compare_holds(store, c, at));
+    path.push(succeeded);
+    let ops = if succeeded { &req.success } else { &req.failure };
+    for op in ops {
+        if let Some(Request::RequestTxn(inner)) = &op.request {
+            push_path(store, inner, at, path);
+        }
+    }
+}
+
+fn compare_holds(store: &MvccStore, cmp: &pb::Compare, at: i64) -> bool {
+    let Ok(kvs) = store.kvs_at(KeyRange::new(&cmp.key, &cmp.range_end), at) else {
+        return false;
+    };
+    if kvs.is_empty() {
+        // A missing key compares as a zero KeyValue, except on its value: there is no way to tell a
+        // missing value from an empty one, so a value compare on a missing key always fails.
+        return cmp.target() != CompareTarget::Value && compare_kv(cmp, &KeyValue::default());
+    }
+    kvs.iter().all(|kv| compare_kv(cmp, kv))
+}
+
+fn compare_kv(cmp: &pb::Compare, kv: &KeyValue) -> bool {
+    let ordering = match (cmp.target(), &cmp.target_union) {
+        (CompareTarget::Value, Some(TargetUnion::Value(v))) => kv.value.as_slice().cmp(v.as_slice()),
+        (CompareTarget::Value, _) => kv.value.as_slice().cmp(&[][..]),
+        (CompareTarget::Create, union) => kv.create_revision.cmp(&int_operand(union, TargetKind::Create)),
+        (CompareTarget::Mod, union) => kv.mod_revision.cmp(&int_operand(union, TargetKind::Mod)),
+        (CompareTarget::Version, union) => kv.version.cmp(&int_operand(union, TargetKind::Version)),
+        (CompareTarget::Lease, union) => kv.lease.cmp(&int_operand(union, TargetKind::Lease)),
+    };
+    match cmp.result() {
+        CompareResult::Equal => ordering.is_eq(),
+        CompareResult::NotEqual => ordering.is_ne(),
+        CompareResult::Greater => ordering.is_gt(),
+        CompareResult::Less => ordering.is_lt(),
+    }
+}
+
+#[derive(PartialEq)]
+enum TargetKind {
+    Create,
+    Mod,
+    Version,
+    Lease,
+}
+
+/// The integer a compare holds for its target; 0 when the union carries another kind.
+fn int_operand(union: &Option<TargetUnion>, kind: TargetKind) -> i64 {
+    match (union, kind) {
+        (Some(TargetUnion::CreateRevision(v)), TargetKind::Create)
+        | (Some(TargetUnion::ModRevision(v)), TargetKind::Mod)
+        | (Some(TargetUnion::Version(v)), TargetKind::Version)
+        | (Some(TargetUnion::Lease(v)), TargetKind::Lease) => *v,
+        _ => 0,
+    }
+}
+
+/// A put's preconditions at apply time: `ignore_value`/`ignore_lease` need the key to exist at `at`.
+pub(crate) fn check_put(store: &MvccStore, req: &pb::PutRequest, at: i64) -> Result<()> {
+    if (req.ignore_value || req.ignore_lease) && store.get_at(&req.key, at)?.is_none() {
+        return Err(Error::KeyNotFound);
+    }
+    Ok(())
+}
+
+/// Checks every op on the chosen path before any runs, so a failing txn changes nothing: puts'
+/// preconditions (for write txns) and the revisions of ranges.
+pub(crate) fn check_ops(store: &MvccStore, req: &pb::TxnRequest, path: &[bool], at: i64) -> Result<()> {
+    let write = !is_read_only(req);
+    let mut path = path.iter().copied();
+    check_branch(store, req, &mut path, at, write)
+}
+
+fn check_branch(
+    store: &MvccStore,
+    req: &pb::TxnRequest,
+    path: &mut impl Iterator<Item = bool>,
+    at: i64,
+    write: bool,
+) -> Result<()> {
+    let ops = if path.next().unwrap_or(false) {
+        &req.success
+    } else {
+        &req.failure
+    };
+    for op in ops {
+        match &op.request {
+            Some(Request::RequestTxn(inner)) => check_branch(store, inner, path, at, write)?,
+            Some(Request::RequestPut(put)) if write => check_put(store, put, at)?,
+            Some(Request::RequestRange(range)) if range.revision != 0 => {
+                if range.revision > at {
+                    return Err(Error::FutureRevision);
+                }
+                if range.revision < store.compacted_revision() {
+                    return Err(Error::Compacted);
+                }
+            }
+            _ => {}
+        }
+    }
+    Ok(())
+}

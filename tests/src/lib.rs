@@ -1,0 +1,27 @@
+//! Integration test harness: run real members as processes and drive them with `etcdctl` and the
+//! `etcd-client` crate.
+//!
+//! Every expectation in `tests/it` is what real etcd 3.4 does, so the same tests run against real
+//! etcd (to validate them) and against our `raft-node`. `KV_TEST_SERVER=etcd|ours` picks the server
+//! (default `ours`).
+//!
+//! # Layout
+//!
+//! - [`server`]: which binary to run (`KV_TEST_SERVER`, `RAFT_NODE_BIN`, `ETCD_BIN`).
+//! - [`member`]: one member process with its temp data dir, free ports, log file, readiness wait,
+//!   `kill9`/`restart`, killed on `Drop`.
+//! - [`etcdctl`]: runs `/usr/bin/etcdctl` against a member and captures its output.
+//! - [`grpc`]: pulls the gRPC code and message out of an `etcd_client::Error`.
+//! - [`normalize`]: masks member-specific values (IDs, ports, terms, timings) so that the outputs of
+//!   two different servers can be compared line by line.
+
+pub mod etcdctl;
+pub mod grpc;
+pub mod member;
+pub mod normalize;
+pub mod server;
+
+pub use etcdctl::CtlOutput;
+pub use grpc::{assert_grpc_error, grpc_error};
+pub use member::{Member, MemberConfig};
+pub use server::ServerKind;

@@ -1,0 +1,66 @@
+//! Which server binary a test runs: real etcd or our `raft-node`.
+
+use std::path::PathBuf;
+
+use anyhow::{bail, Context};
+
+/// The default location of real etcd (Debian's `etcd-server` package).
+pub const DEFAULT_ETCD_BIN: &str = "/usr/bin/etcd";
+
+/// The implementation behind a [`crate::Member`]. Both take the same etcd flags.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ServerKind {
+    /// Real etcd, the reference the tests are validated against.
+    Etcd,
+    /// Our `raft-node` binary.
+    Ours,
+}
+
+impl ServerKind {
+    /// The server selected by `KV_TEST_SERVER=etcd|ours` (default `ours`).
+    ///
+    /// # Panics
+    /// On any other value, so that a typo never silently tests the wrong server.
+    pub fn from_env() -> Self {
+        match std::env::var("KV_TEST_SERVER").as_deref() {
+            Err(_) | Ok("") | Ok("ours") => ServerKind::Ours,
+            Ok("etcd") => ServerKind::Etcd,
+            Ok(other) => panic!("KV_TEST_SERVER must be `etcd` or `ours`, not {other:?}"),
+        }
+    }
+
+    /// The binary to run: `ETCD_BIN` or `/usr/bin/etcd` for etcd; `RAFT_NODE_BIN` or the
+    /// `raft-node` next to this test executable's `deps/` directory for ours.
+    pub fn binary(self) -> anyhow::Result<PathBuf> {
+        let path = match self {
+            ServerKind::Etcd => etcd_bin(),
+            ServerKind::Ours => match std::env::var_os("RAFT_NODE_BIN") {
+                Some(path) => PathBuf::from(path),
+                None => {
+                    // current_exe() is target/<profile>/deps/<test>-<hash>.
+                    let exe = std::env::current_exe().context("current_exe")?;
+                    let deps = exe.parent().context("test executable has no parent dir")?;
+                    deps.join("../raft-node")
+                }
+            },
+        };
+        if !path.is_file() {
+            bail!(
+                "{self:?} server binary {} not found (build it with `cargo build -p raft-node`, \
+                 or set RAFT_NODE_BIN / ETCD_BIN)",
+                path.display()
+            );
+        }
+        Ok(path)
+    }
+}
+
+/// Where real etcd lives: `ETCD_BIN` or [`DEFAULT_ETCD_BIN`].
+pub fn etcd_bin() -> PathBuf {
+    std::env::var_os("ETCD_BIN").map_or_else(|| PathBuf::from(DEFAULT_ETCD_BIN), PathBuf::from)
+}
+
+/// Whether real etcd is installed (CI installs it; a developer machine may not have it).
+pub fn etcd_available() -> bool {
+    etcd_bin().is_file()
+}

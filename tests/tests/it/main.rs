@@ -1,0 +1,7 @@
+//! One integration test binary (one link) holding every end-to-end test.
+//!
+//! Each test starts its own member (`KV_TEST_SERVER=etcd|ours`) on free ports, so tests run in
+//! parallel. Every expectation is what real etcd 3.4 does.
+
+mod client_kv;
+mod util;
