@@ -4,4 +4,5 @@
 //! parallel. Every expectation is what real etcd 3.4 does.
 
 mod client_kv;
+mod client_txn;
 mod util;

@@ -1,0 +1,1 @@
+//! Durable state of a member, all in one sled database.
