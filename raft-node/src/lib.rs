@@ -2,8 +2,20 @@
 //!
 //! # Layout
 //!
+//! - [`config`]: etcd's flags, defaults and `ETCD_*` environment variables.
+//! - [`member_id`]: etcd-style member and cluster ids.
+//! - [`identity`]: the ids fixed at first boot, kept in the data dir.
 //! - [`typ`]: the openraft type configuration and aliases.
 //! - [`storage`]: the sled log store, the sled [`kv_api::Backend`] and the state machine (with snapshots).
+//! - [`network`]: outbound Raft RPC to peers.
+//! - [`consensus`]: [`kv_api::Consensus`] on openraft (proposals, read index).
+//! - [`server`]: starting a member and serving the etcd gRPC services.
 
+pub mod config;
+pub mod consensus;
+pub mod identity;
+pub mod member_id;
+pub mod network;
+pub mod server;
 pub mod storage;
 pub mod typ;

@@ -1,1 +1,81 @@
 //! Durable state of a member, all in one sled database.
+//!
+//! # Layout
+//!
+//! - [`sled_backend`]: [`SledBackend`], the [`kv_api::Backend`] under the MVCC store (tree `kv`).
+//! - [`log_store`]: [`LogStore`], the Raft log (tree `logs`), vote, committed and purged ids (`raft_state`).
+//! - [`state_machine`]: [`StateMachine`], applying committed entries to the MVCC store, and snapshots.
+//! - [`snapshot`]: the snapshot format (one place for its encoding) and the current snapshot (`snapshot`).
+//!
+//! # Why one database
+//!
+//! The log store and the MVCC store's backend share one sled [`sled::Db`], and so one sled write-ahead
+//! log. sled recovers a *prefix* of its writes after a crash, and a flush makes every earlier write of
+//! every tree durable. Together with two rules this gives invariant 3 of the design:
+//!
+//! - the state machine writes the data of an applied batch and the applied log id (plus membership) in
+//!   **one atomic batch** ([`kv_api::MvccStore::commit`]), so they never disagree on disk;
+//! - every log append is **flushed before it is acknowledged** to openraft.
+//!
+//! The state machine itself never flushes: whatever it wrote before the latest log flush is durable, and
+//! whatever it wrote after may be lost, but then it is lost together with everything that followed it.
+//! A restarting member finds a consistent store whose applied id is at most the last durable log entry;
+//! openraft replays the log from the applied id onwards.
+
+use std::path::Path;
+use std::sync::Arc;
+
+use kv_api::{MvccStore, SharedStore};
+use openraft::StorageIOError;
+use parking_lot::RwLock;
+use serde::de::DeserializeOwned;
+use serde::Serialize;
+
+use crate::typ::StorageError;
+
+pub mod log_store;
+pub mod sled_backend;
+pub mod snapshot;
+pub mod state_machine;
+
+#[cfg(test)]
+mod suite_test;
+
+pub use log_store::LogStore;
+pub use sled_backend::SledBackend;
+pub use state_machine::StateMachine;
+
+/// Opens (or creates) the member's database at `dir`: the log store, the state machine and the MVCC
+/// store the services read, all on one sled database (see the module doc for why).
+pub fn open(dir: &Path) -> Result<(LogStore, StateMachine, SharedStore), StorageError> {
+    let db = sled::Config::new()
+        .path(dir)
+        .open()
+        .map_err(|e| StorageIOError::read(&e))?;
+    let backend = SledBackend::open(&db).map_err(|e| StorageIOError::read_state_machine(&e))?;
+    let store = MvccStore::open(Arc::new(backend)).map_err(|e| StorageIOError::read_state_machine(&e))?;
+    let store: SharedStore = Arc::new(RwLock::new(store));
+    let log_store = LogStore::open(&db)?;
+    let state_machine = StateMachine::open(&db, store.clone())?;
+    Ok((log_store, state_machine, store))
+}
+
+/// The one binary encoding of everything this module stores: bincode 2, standard configuration.
+fn bincode_config() -> bincode::config::Configuration {
+    bincode::config::standard()
+}
+
+pub(crate) fn encode<T: Serialize>(value: &T) -> Result<Vec<u8>, bincode::error::EncodeError> {
+    bincode::serde::encode_to_vec(value, bincode_config())
+}
+
+pub(crate) fn decode<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, bincode::error::DecodeError> {
+    let (value, read) = bincode::serde::decode_from_slice(bytes, bincode_config())?;
+    if read != bytes.len() {
+        return Err(bincode::error::DecodeError::OtherString(format!(
+            "{} trailing bytes after the value",
+            bytes.len() - read
+        )));
+    }
+    Ok(value)
+}

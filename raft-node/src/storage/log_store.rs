@@ -1,0 +1,200 @@
+//! [`LogStore`]: openraft's log storage on sled.
+//!
+//! - tree `logs`: index (big-endian u64, so sled's order is the log's order) → bincode [`Entry`];
+//! - tree `raft_state`: the vote, the committed log id and the last purged log id.
+//!
+//! Appends and votes are flushed before they are reported done (design invariant 2). A flush of this
+//! database also makes the state machine's earlier writes durable (see [`crate::storage`]).
+
+use std::fmt::Debug;
+use std::io;
+use std::ops::{Bound, RangeBounds};
+
+use openraft::storage::{LogFlushed, LogState, RaftLogStorage};
+use openraft::{RaftLogReader, StorageIOError};
+use serde::de::DeserializeOwned;
+use serde::Serialize;
+
+use crate::storage::{decode, encode};
+use crate::typ::{Entry, LogId, StorageError, TypeConfig, Vote};
+
+const LOGS: &str = "logs";
+const RAFT_STATE: &str = "raft_state";
+const KEY_VOTE: &[u8] = b"vote";
+const KEY_COMMITTED: &[u8] = b"committed";
+const KEY_LAST_PURGED: &[u8] = b"last_purged";
+
+/// The Raft log, vote and log pointers of a member. Cloning gives another handle on the same trees (the
+/// log reader of the replication tasks).
+#[derive(Clone, Debug)]
+pub struct LogStore {
+    db: sled::Db,
+    logs: sled::Tree,
+    state: sled::Tree,
+}
+
+fn index_key(index: u64) -> [u8; 8] {
+    index.to_be_bytes()
+}
+
+impl LogStore {
+    pub fn open(db: &sled::Db) -> Result<Self, StorageError> {
+        let open = |name: &str| db.open_tree(name).map_err(|e| StorageIOError::read_logs(&e));
+        Ok(Self {
+            db: db.clone(),
+            logs: open(LOGS)?,
+            state: open(RAFT_STATE)?,
+        })
+    }
+
+    fn read_state<T: DeserializeOwned>(&self, key: &[u8]) -> Result<Option<T>, StorageError> {
+        let Some(bytes) = self.state.get(key).map_err(|e| StorageIOError::read(&e))? else {
+            return Ok(None);
+        };
+        let value = decode(&bytes).map_err(|e| StorageIOError::read(&e))?;
+        Ok(Some(value))
+    }
+
+    fn write_state<T: Serialize>(&self, key: &[u8], value: &T) -> Result<(), StorageError> {
+        let bytes = encode(value).map_err(|e| StorageIOError::write(&e))?;
+        self.state.insert(key, bytes).map_err(|e| StorageIOError::write(&e))?;
+        Ok(())
+    }
+
+    fn decode_entry(index: &[u8], bytes: &[u8]) -> Result<Entry, StorageError> {
+        let entry: Entry = decode(bytes).map_err(|e| StorageIOError::read_logs(&e))?;
+        if index != index_key(entry.log_id.index) {
+            let err = io::Error::new(
+                io::ErrorKind::InvalidData,
+                format!("log entry {} stored under another index", entry.log_id),
+            );
+            return Err(StorageIOError::read_logs(&err).into());
+        }
+        Ok(entry)
+    }
+
+    fn last_log_id(&self) -> Result<Option<LogId>, StorageError> {
+        match self.logs.last().map_err(|e| StorageIOError::read_logs(&e))? {
+            Some((index, bytes)) => Ok(Some(Self::decode_entry(&index, &bytes)?.log_id)),
+            None => Ok(None),
+        }
+    }
+
+    /// Flushes the whole database (every tree) to disk.
+    async fn flush(&self) -> Result<(), sled::Error> {
+        self.db.flush_async().await.map(|_| ())
+    }
+
+    /// Removes the entries in `range` in one atomic batch.
+    fn remove_range(&self, range: impl RangeBounds<[u8; 8]>) -> Result<(), StorageError> {
+        let mut batch = sled::Batch::default();
+        for key in self.logs.range(range).keys() {
+            batch.remove(key.map_err(|e| StorageIOError::write_logs(&e))?);
+        }
+        self.logs.apply_batch(batch).map_err(|e| StorageIOError::write_logs(&e))?;
+        Ok(())
+    }
+}
+
+impl RaftLogReader<TypeConfig> for LogStore {
+    async fn try_get_log_entries<RB: RangeBounds<u64> + Clone + Debug + Send>(
+        &mut self,
+        range: RB,
+    ) -> Result<Vec<Entry>, StorageError> {
+        let start = range.start_bound().map(|i| index_key(*i));
+        let end = range.end_bound().map(|i| index_key(*i));
+        // An empty or inverted range would make sled panic.
+        let empty = match (range.start_bound(), range.end_bound()) {
+            (Bound::Included(s), Bound::Excluded(e)) | (Bound::Excluded(s), Bound::Included(e)) => s >= e,
+            (Bound::Included(s), Bound::Included(e)) => s > e,
+            (Bound::Excluded(s), Bound::Excluded(e)) => s.saturating_add(1) >= *e,
+            _ => false,
+        };
+        if empty {
+            return Ok(Vec::new());
+        }
+        self.logs
+            .range((start, end))
+            .map(|item| {
+                let (index, bytes) = item.map_err(|e| StorageIOError::read_logs(&e))?;
+                Self::decode_entry(&index, &bytes)
+            })
+            .collect()
+    }
+}
+
+impl RaftLogStorage<TypeConfig> for LogStore {
+    type LogReader = Self;
+
+    async fn get_log_state(&mut self) -> Result<LogState<TypeConfig>, StorageError> {
+        let last_purged_log_id: Option<LogId> = self.read_state(KEY_LAST_PURGED)?;
+        let last_log_id = self.last_log_id()?.or(last_purged_log_id);
+        Ok(LogState {
+            last_purged_log_id,
+            last_log_id,
+        })
+    }
+
+    async fn get_log_reader(&mut self) -> Self::LogReader {
+        self.clone()
+    }
+
+    async fn save_vote(&mut self, vote: &Vote) -> Result<(), StorageError> {
+        let bytes = encode(vote).map_err(|e| StorageIOError::write_vote(&e))?;
+        self.state.insert(KEY_VOTE, bytes).map_err(|e| StorageIOError::write_vote(&e))?;
+        self.flush().await.map_err(|e| StorageIOError::write_vote(&e))?;
+        Ok(())
+    }
+
+    async fn read_vote(&mut self) -> Result<Option<Vote>, StorageError> {
+        self.read_state(KEY_VOTE)
+    }
+
+    /// Not flushed: losing it only means re-learning the commit index from the leader.
+    async fn save_committed(&mut self, committed: Option<LogId>) -> Result<(), StorageError> {
+        self.write_state(KEY_COMMITTED, &committed)
+    }
+
+    async fn read_committed(&mut self) -> Result<Option<LogId>, StorageError> {
+        Ok(self.read_state::<Option<LogId>>(KEY_COMMITTED)?.flatten())
+    }
+
+    async fn append<I>(&mut self, entries: I, callback: LogFlushed<TypeConfig>) -> Result<(), StorageError>
+    where
+        I: IntoIterator<Item = Entry> + Send,
+        I::IntoIter: Send,
+    {
+        let mut batch = sled::Batch::default();
+        for entry in entries {
+            let bytes = encode(&entry).map_err(|e| StorageIOError::write_log_entry(entry.log_id, &e))?;
+            batch.insert(&index_key(entry.log_id.index), bytes);
+        }
+        self.logs.apply_batch(batch).map_err(|e| StorageIOError::write_logs(&e))?;
+        // Entries are readable now; they are reported persisted only once on disk.
+        match self.flush().await {
+            Ok(()) => {
+                callback.log_io_completed(Ok(()));
+                Ok(())
+            }
+            Err(e) => {
+                let err = StorageIOError::write_logs(&e);
+                callback.log_io_completed(Err(io::Error::other(e)));
+                Err(err.into())
+            }
+        }
+    }
+
+    /// Removes `log_id` and every later entry: the tail goes, so no hole is left.
+    async fn truncate(&mut self, log_id: LogId) -> Result<(), StorageError> {
+        self.remove_range(index_key(log_id.index)..)?;
+        self.flush().await.map_err(|e| StorageIOError::write_logs(&e))?;
+        Ok(())
+    }
+
+    /// Removes every entry up to `log_id`. The purged id is written first, so a crash in between leaves
+    /// extra entries at the head, never a log without its purged id.
+    async fn purge(&mut self, log_id: LogId) -> Result<(), StorageError> {
+        self.write_state(KEY_LAST_PURGED, &log_id)?;
+        self.remove_range(..=index_key(log_id.index))
+    }
+}
