@@ -25,7 +25,12 @@ pub struct RaftConsensus {
 
 impl RaftConsensus {
     pub fn new(raft: Raft, member_id: NodeId, cluster_id: u64, timeout: Duration) -> Self {
-        Self { raft, member_id, cluster_id, timeout }
+        Self {
+            raft,
+            member_id,
+            cluster_id,
+            timeout,
+        }
     }
 
     pub fn raft(&self) -> &Raft {
@@ -63,7 +68,9 @@ impl kv_api::Consensus for RaftConsensus {
             .await
             .map_err(|_| Error::Timeout)?
             .map_err(write_error)?;
-        written.data.unwrap_or_else(|| Err(Error::Internal("a command was applied without a response".into())))
+        written
+            .data
+            .unwrap_or_else(|| Err(Error::Internal("a command was applied without a response".into())))
     }
 
     async fn read_barrier(&self) -> kv_api::Result<()> {
@@ -76,7 +83,12 @@ impl kv_api::Consensus for RaftConsensus {
 
     fn header(&self) -> pb::ResponseHeader {
         let term = self.raft.metrics().borrow().current_term;
-        pb::ResponseHeader { cluster_id: self.cluster_id, member_id: self.member_id, revision: 0, raft_term: term }
+        pb::ResponseHeader {
+            cluster_id: self.cluster_id,
+            member_id: self.member_id,
+            revision: 0,
+            raft_term: term,
+        }
     }
 
     fn raft_status(&self) -> RaftStatus {

@@ -7,7 +7,8 @@
 //! - [`identity`]: the ids fixed at first boot, kept in the data dir.
 //! - [`typ`]: the openraft type configuration and aliases.
 //! - [`storage`]: the sled log store, the sled [`kv_api::Backend`] and the state machine (with snapshots).
-//! - [`network`]: outbound Raft RPC to peers.
+//! - [`network`]: outbound Raft RPC to peers (tonic, `raftpb`).
+//! - [`peer_service`]: inbound Raft RPC from peers.
 //! - [`consensus`]: [`kv_api::Consensus`] on openraft (proposals, read index).
 //! - [`server`]: starting a member and serving the etcd gRPC services.
 
@@ -16,6 +17,7 @@ pub mod consensus;
 pub mod identity;
 pub mod member_id;
 pub mod network;
+pub mod peer_service;
 pub mod server;
 pub mod storage;
 pub mod typ;

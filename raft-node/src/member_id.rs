@@ -42,4 +42,12 @@ mod tests {
         assert_eq!(cluster_id([1, 2, 3]), cluster_id([3, 1, 2]));
         assert_ne!(cluster_id([1, 2]), cluster_id([1, 3]));
     }
+
+    #[test]
+    fn same_ids_as_etcd_for_its_defaults() {
+        // What etcd 3.4.23 reports when started with no flags at all.
+        let member = member_id(&["http://localhost:2380".into()], "etcd-cluster");
+        assert_eq!(member, 0x8e9e05c52164694d);
+        assert_eq!(cluster_id([member]), 0xcdf818194e3a8c32);
+    }
 }

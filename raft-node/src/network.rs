@@ -1,69 +1,139 @@
-//! Outbound Raft RPC to peers.
+//! Outbound Raft RPC to peers over tonic (`raftpb.RaftPeer`), openraft messages encoded with bincode.
 //!
-//! A member of a one-voter cluster never sends Raft RPCs; the tonic peer network over `raftpb` arrives
-//! with multi-member clusters. Until then every RPC reports the peer unreachable, which openraft handles
-//! by backing off, so nothing here can affect the single member.
+//! Connections are made lazily and bound to this member's own advertised peer IP, so a test harness can
+//! cut the link between two members by address without touching clients.
 
-use openraft::error::{InstallSnapshotError, RPCError, RaftError, Unreachable};
+use std::net::IpAddr;
+
+use openraft::error::{InstallSnapshotError, NetworkError, RPCError, RaftError, RemoteError, Unreachable};
 use openraft::network::{RPCOption, RaftNetwork, RaftNetworkFactory};
 use openraft::raft::{
     AppendEntriesRequest, AppendEntriesResponse, InstallSnapshotRequest, InstallSnapshotResponse, VoteRequest,
     VoteResponse,
 };
+use proto::raftpb;
+use proto::raftpb::raft_peer_client::RaftPeerClient;
+use serde::de::DeserializeOwned;
+use serde::Serialize;
+use tonic::transport::{Channel, Endpoint};
 
+use crate::storage::{decode, encode};
 use crate::typ::{MemberNode, NodeId, TypeConfig};
-
-#[derive(Debug, thiserror::Error)]
-#[error("peer {0} is unreachable: this member has no peer network yet")]
-struct NoPeerNetwork(NodeId);
 
 /// Creates [`PeerClient`]s.
 #[derive(Clone, Debug, Default)]
-pub struct PeerNetwork;
-
-/// The connection to one peer.
-#[derive(Debug)]
-pub struct PeerClient {
-    target: NodeId,
+pub struct PeerNetwork {
+    /// Source address of outgoing peer connections.
+    pub local_ip: Option<IpAddr>,
 }
 
-impl PeerClient {
-    fn unreachable<E: std::error::Error>(&self) -> RPCError<NodeId, MemberNode, E> {
-        RPCError::Unreachable(Unreachable::new(&NoPeerNetwork(self.target)))
-    }
+/// The connection to one peer.
+pub struct PeerClient {
+    target: NodeId,
+    node: MemberNode,
+    client: Option<RaftPeerClient<Channel>>,
+}
+
+#[derive(Debug, thiserror::Error)]
+enum PeerError {
+    #[error("peer {0} has no usable peer URL")]
+    NoUrl(NodeId),
+    #[error("encoding a Raft message: {0}")]
+    Codec(String),
 }
 
 impl RaftNetworkFactory<TypeConfig> for PeerNetwork {
     type Network = PeerClient;
 
-    async fn new_client(&mut self, target: NodeId, _node: &MemberNode) -> Self::Network {
-        PeerClient { target }
+    async fn new_client(&mut self, target: NodeId, node: &MemberNode) -> Self::Network {
+        let client = node
+            .peer_urls
+            .first()
+            .and_then(|url| Endpoint::from_shared(url.clone()).ok())
+            .map(|endpoint| {
+                let endpoint = endpoint.tcp_nodelay(true).local_address(self.local_ip);
+                RaftPeerClient::new(endpoint.connect_lazy())
+                    .max_decoding_message_size(usize::MAX)
+                    .max_encoding_message_size(usize::MAX)
+            });
+        PeerClient {
+            target,
+            node: node.clone(),
+            client,
+        }
     }
+}
+
+type RpcResult<T, E> = Result<T, RPCError<NodeId, MemberNode, E>>;
+
+impl PeerClient {
+    fn client<E: std::error::Error>(&self) -> RpcResult<RaftPeerClient<Channel>, E> {
+        self.client
+            .clone()
+            .ok_or_else(|| RPCError::Unreachable(Unreachable::new(&PeerError::NoUrl(self.target))))
+    }
+
+    /// Turns the peer's encoded `Result` into openraft's RPC result.
+    fn reply<T: DeserializeOwned, E: std::error::Error + DeserializeOwned>(
+        &self,
+        reply: Result<tonic::Response<raftpb::RaftMessage>, tonic::Status>,
+    ) -> RpcResult<T, E> {
+        let message = reply
+            .map_err(|status| RPCError::Unreachable(Unreachable::new(&status)))?
+            .into_inner();
+        let result: Result<T, E> = decode(&message.payload)
+            .map_err(|e| RPCError::Network(NetworkError::new(&PeerError::Codec(e.to_string()))))?;
+        result.map_err(|e| RPCError::RemoteError(RemoteError::new_with_node(self.target, self.node.clone(), e)))
+    }
+}
+
+fn message<T: Serialize, E: std::error::Error>(value: &T) -> RpcResult<raftpb::RaftMessage, E> {
+    let payload = encode(value).map_err(|e| RPCError::Network(NetworkError::new(&PeerError::Codec(e.to_string()))))?;
+    Ok(raftpb::RaftMessage { payload })
+}
+
+fn with_deadline<T>(message: T, option: &RPCOption) -> tonic::Request<T> {
+    let mut request = tonic::Request::new(message);
+    request.set_timeout(option.hard_ttl());
+    request
 }
 
 impl RaftNetwork<TypeConfig> for PeerClient {
     async fn append_entries(
         &mut self,
-        _rpc: AppendEntriesRequest<TypeConfig>,
-        _option: RPCOption,
-    ) -> Result<AppendEntriesResponse<NodeId>, RPCError<NodeId, MemberNode, RaftError<NodeId>>> {
-        Err(self.unreachable())
+        rpc: AppendEntriesRequest<TypeConfig>,
+        option: RPCOption,
+    ) -> RpcResult<AppendEntriesResponse<NodeId>, RaftError<NodeId>> {
+        let request = with_deadline(message(&rpc)?, &option);
+        let reply = self.client()?.append_entries(request).await;
+        self.reply(reply)
     }
 
     async fn install_snapshot(
         &mut self,
-        _rpc: InstallSnapshotRequest<TypeConfig>,
-        _option: RPCOption,
-    ) -> Result<InstallSnapshotResponse<NodeId>, RPCError<NodeId, MemberNode, RaftError<NodeId, InstallSnapshotError>>>
-    {
-        Err(self.unreachable())
+        rpc: InstallSnapshotRequest<TypeConfig>,
+        option: RPCOption,
+    ) -> RpcResult<InstallSnapshotResponse<NodeId>, RaftError<NodeId, InstallSnapshotError>> {
+        let meta = encode(&(&rpc.vote, &rpc.meta))
+            .map_err(|e| RPCError::Network(NetworkError::new(&PeerError::Codec(e.to_string()))))?;
+        let chunk = raftpb::SnapshotChunk {
+            meta,
+            offset: rpc.offset,
+            data: rpc.data,
+            done: rpc.done,
+        };
+        let request = with_deadline(tokio_stream::iter([chunk]), &option);
+        let reply = self.client()?.install_snapshot(request).await;
+        self.reply(reply)
     }
 
     async fn vote(
         &mut self,
-        _rpc: VoteRequest<NodeId>,
-        _option: RPCOption,
-    ) -> Result<VoteResponse<NodeId>, RPCError<NodeId, MemberNode, RaftError<NodeId>>> {
-        Err(self.unreachable())
+        rpc: VoteRequest<NodeId>,
+        option: RPCOption,
+    ) -> RpcResult<VoteResponse<NodeId>, RaftError<NodeId>> {
+        let request = with_deadline(message(&rpc)?, &option);
+        let reply = self.client()?.vote(request).await;
+        self.reply(reply)
     }
 }

@@ -12,6 +12,7 @@ use kv_api::service::maintenance::MaintenanceService;
 use kv_api::service::ApiConfig;
 use kv_api::validate::Limits;
 use proto::etcdserverpb as pb;
+use proto::raftpb;
 use tokio::sync::watch;
 use tokio_stream::wrappers::TcpListenerStream;
 use tracing::info;
@@ -21,6 +22,7 @@ use crate::consensus::{request_timeout, RaftConsensus};
 use crate::identity::Identity;
 use crate::member_id::{cluster_id, member_id};
 use crate::network::PeerNetwork;
+use crate::peer_service::PeerService;
 use crate::storage;
 use crate::typ::{MemberNode, NodeId, Raft};
 
@@ -31,7 +33,16 @@ const GRPC_OVERHEAD_BYTES: usize = 512 * 1024;
 /// Runs a member until `shutdown` resolves.
 pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> anyhow::Result<()> {
     let initial_cluster = config.initial_cluster()?;
-    let client_addrs = config.listen_client_urls.iter().map(|u| socket_addr(u)).collect::<Result<Vec<_>, _>>()?;
+    let client_addrs = config
+        .listen_client_urls
+        .iter()
+        .map(|u| socket_addr(u))
+        .collect::<Result<Vec<_>, _>>()?;
+    let peer_addrs = config
+        .listen_peer_urls
+        .iter()
+        .map(|u| socket_addr(u))
+        .collect::<Result<Vec<_>, _>>()?;
 
     let member_dir = config.data_dir().join("member");
     std::fs::create_dir_all(&member_dir).with_context(|| format!("creating {}", member_dir.display()))?;
@@ -42,12 +53,19 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> anyhow::
         Some(identity) => identity,
         None => {
             let own = member_id(&config.initial_advertise_peer_urls, &config.initial_cluster_token);
-            let identity = Identity { member_id: own, cluster_id: cluster_id(bootstrap.keys().copied()) };
+            let identity = Identity {
+                member_id: own,
+                cluster_id: cluster_id(bootstrap.keys().copied()),
+            };
             identity.save(&member_dir)?;
             identity
         }
     };
-    info!(member_id = format!("{:x}", identity.member_id), cluster_id = format!("{:x}", identity.cluster_id), "starting member");
+    info!(
+        member_id = format!("{:x}", identity.member_id),
+        cluster_id = format!("{:x}", identity.cluster_id),
+        "starting member"
+    );
 
     let election = Duration::from_millis(config.election_timeout);
     let raft_config = openraft::Config {
@@ -60,18 +78,35 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> anyhow::
     }
     .validate()
     .context("invalid Raft timing (heartbeat interval must be below the election timeout)")?;
-    let raft = Raft::new(identity.member_id, Arc::new(raft_config), PeerNetwork, log_store, state_machine)
-        .await
-        .context("starting Raft")?;
+    let network = PeerNetwork {
+        local_ip: peer_addrs.first().map(|a| a.ip()),
+    };
+    let raft = Raft::new(
+        identity.member_id,
+        Arc::new(raft_config),
+        network,
+        log_store,
+        state_machine,
+    )
+    .await
+    .context("starting Raft")?;
 
     if !raft.is_initialized().await? && config.initial_cluster_state == "new" {
         info!(members = bootstrap.len(), "bootstrapping a new cluster");
         raft.initialize(bootstrap).await.context("bootstrapping the cluster")?;
     }
 
-    let consensus = Arc::new(RaftConsensus::new(raft.clone(), identity.member_id, identity.cluster_id, request_timeout(election)));
+    let consensus = Arc::new(RaftConsensus::new(
+        raft.clone(),
+        identity.member_id,
+        identity.cluster_id,
+        request_timeout(election),
+    ));
     let api = ApiConfig {
-        limits: Limits { max_txn_ops: config.max_txn_ops, max_request_bytes: config.max_request_bytes },
+        limits: Limits {
+            max_txn_ops: config.max_txn_ops,
+            max_request_bytes: config.max_request_bytes,
+        },
         version: config.emulated_version.clone(),
     };
     let max_message = config.max_request_bytes + GRPC_OVERHEAD_BYTES;
@@ -89,7 +124,9 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> anyhow::
     let (stop_tx, stop_rx) = watch::channel(false);
     let mut servers = tokio::task::JoinSet::new();
     for addr in client_addrs {
-        let listener = tokio::net::TcpListener::bind(addr).await.with_context(|| format!("listening on {addr}"))?;
+        let listener = tokio::net::TcpListener::bind(addr)
+            .await
+            .with_context(|| format!("listening on {addr}"))?;
         info!(%addr, "serving client requests");
         let router = tonic::transport::Server::builder()
             .tcp_nodelay(true)
@@ -97,13 +134,21 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> anyhow::
             .add_service(maintenance.clone())
             .add_service(cluster.clone())
             .add_service(health.clone());
-        let mut stop = stop_rx.clone();
-        servers.spawn(async move {
-            let stopped = async move {
-                let _ = stop.wait_for(|s| *s).await;
-            };
-            router.serve_with_incoming_shutdown(TcpListenerStream::new(listener), stopped).await
-        });
+        servers.spawn(serve(router, listener, stop_rx.clone()));
+    }
+
+    let peer = raftpb::raft_peer_server::RaftPeerServer::new(PeerService::new(raft.clone()))
+        .max_decoding_message_size(usize::MAX)
+        .max_encoding_message_size(usize::MAX);
+    for addr in peer_addrs {
+        let listener = tokio::net::TcpListener::bind(addr)
+            .await
+            .with_context(|| format!("listening on {addr}"))?;
+        info!(%addr, "serving peer requests");
+        let router = tonic::transport::Server::builder()
+            .tcp_nodelay(true)
+            .add_service(peer.clone());
+        servers.spawn(serve(router, listener, stop_rx.clone()));
     }
 
     tokio::select! {
@@ -118,14 +163,36 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> anyhow::
     Ok(())
 }
 
+/// Serves `router` on `listener` until `stop` turns true.
+async fn serve(
+    router: tonic::transport::server::Router,
+    listener: tokio::net::TcpListener,
+    mut stop: watch::Receiver<bool>,
+) -> Result<(), tonic::transport::Error> {
+    let stopped = async move {
+        let _ = stop.wait_for(|s| *s).await;
+    };
+    router
+        .serve_with_incoming_shutdown(TcpListenerStream::new(listener), stopped)
+        .await
+}
+
 /// The voters a new cluster starts with, from `--initial-cluster`; this member also publishes its client
 /// URLs.
 fn bootstrap_members(config: &Config, initial_cluster: &BTreeMap<String, Vec<String>>) -> BTreeMap<NodeId, MemberNode> {
     initial_cluster
         .iter()
         .map(|(name, peer_urls)| {
-            let client_urls = if *name == config.name { config.advertise_client_urls.clone() } else { Vec::new() };
-            let node = MemberNode { name: name.clone(), peer_urls: peer_urls.clone(), client_urls };
+            let client_urls = if *name == config.name {
+                config.advertise_client_urls.clone()
+            } else {
+                Vec::new()
+            };
+            let node = MemberNode {
+                name: name.clone(),
+                peer_urls: peer_urls.clone(),
+                client_urls,
+            };
             (member_id(peer_urls, &config.initial_cluster_token), node)
         })
         .collect()

@@ -11,10 +11,12 @@
 //! - [`member`]: one member process with its temp data dir, free ports, log file, readiness wait,
 //!   `kill9`/`restart`, killed on `Drop`.
 //! - [`etcdctl`]: runs `/usr/bin/etcdctl` against a member and captures its output.
+//! - [`diff`]: a line diff for failure messages.
 //! - [`grpc`]: pulls the gRPC code and message out of an `etcd_client::Error`.
 //! - [`normalize`]: masks member-specific values (IDs, ports, terms, timings) so that the outputs of
 //!   two different servers can be compared line by line.
 
+pub mod diff;
 pub mod etcdctl;
 pub mod grpc;
 pub mod member;

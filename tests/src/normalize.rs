@@ -36,8 +36,9 @@ impl Masks {
         for (literal, placeholder) in &self.literals {
             out = out.replace(literal, placeholder);
         }
-        for field in ["raft_term", "raftTerm"] {
-            out = mask_json_number(&out, field, "<term>");
+        // JSON (`-w json`) and the fields format (`-w fields`).
+        for prefix in ["\"raft_term\":", "\"raftTerm\":", "\"RaftTerm\" : "] {
+            out = mask_number(&out, prefix, "<term>");
         }
         out = mask_after(&out, "took = ", "<duration>");
         out = mask_after(&out, "\"took\":\"", "<duration>\"");
@@ -54,12 +55,11 @@ pub fn strip_client_logs(stderr: &str) -> String {
         .collect()
 }
 
-/// Replaces the digits after every `"field":` with `placeholder`.
-fn mask_json_number(text: &str, field: &str, placeholder: &str) -> String {
-    let needle = format!("\"{field}\":");
+/// Replaces the digits after every `prefix` with `placeholder`.
+fn mask_number(text: &str, needle: &str, placeholder: &str) -> String {
     let mut out = String::with_capacity(text.len());
     let mut rest = text;
-    while let Some(at) = rest.find(&needle) {
+    while let Some(at) = rest.find(needle) {
         let after = at + needle.len();
         out.push_str(&rest[..after]);
         let digits = rest[after..].bytes().take_while(u8::is_ascii_digit).count();
@@ -118,6 +118,10 @@ mod tests {
             (
                 r#"[{"endpoint":"127.0.0.1:23791","health":true,"took":"1.9ms"}]"#,
                 r#"[{"endpoint":"<client>","health":true,"took":"<duration>"}]"#,
+            ),
+            (
+                "\"ClusterID\" : 15118495548433857066\n\"RaftTerm\" : 2\n",
+                "\"ClusterID\" : <cluster_id>\n\"RaftTerm\" : <term>\n",
             ),
             ("foo\nbar\n", "foo\nbar\n"),
         ];

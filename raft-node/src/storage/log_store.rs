@@ -91,7 +91,9 @@ impl LogStore {
         for key in self.logs.range(range).keys() {
             batch.remove(key.map_err(|e| StorageIOError::write_logs(&e))?);
         }
-        self.logs.apply_batch(batch).map_err(|e| StorageIOError::write_logs(&e))?;
+        self.logs
+            .apply_batch(batch)
+            .map_err(|e| StorageIOError::write_logs(&e))?;
         Ok(())
     }
 }
@@ -141,7 +143,9 @@ impl RaftLogStorage<TypeConfig> for LogStore {
 
     async fn save_vote(&mut self, vote: &Vote) -> Result<(), StorageError> {
         let bytes = encode(vote).map_err(|e| StorageIOError::write_vote(&e))?;
-        self.state.insert(KEY_VOTE, bytes).map_err(|e| StorageIOError::write_vote(&e))?;
+        self.state
+            .insert(KEY_VOTE, bytes)
+            .map_err(|e| StorageIOError::write_vote(&e))?;
         self.flush().await.map_err(|e| StorageIOError::write_vote(&e))?;
         Ok(())
     }
@@ -169,7 +173,9 @@ impl RaftLogStorage<TypeConfig> for LogStore {
             let bytes = encode(&entry).map_err(|e| StorageIOError::write_log_entry(entry.log_id, &e))?;
             batch.insert(&index_key(entry.log_id.index), bytes);
         }
-        self.logs.apply_batch(batch).map_err(|e| StorageIOError::write_logs(&e))?;
+        self.logs
+            .apply_batch(batch)
+            .map_err(|e| StorageIOError::write_logs(&e))?;
         // Entries are readable now; they are reported persisted only once on disk.
         match self.flush().await {
             Ok(()) => {

@@ -107,7 +107,10 @@ impl CurrentSnapshot {
         let tree = db
             .open_tree(TREE)
             .map_err(|e| StorageIOError::read_snapshot(None, &e))?;
-        let current = match tree.get(KEY_CURRENT).map_err(|e| StorageIOError::read_snapshot(None, &e))? {
+        let current = match tree
+            .get(KEY_CURRENT)
+            .map_err(|e| StorageIOError::read_snapshot(None, &e))?
+        {
             Some(bytes) => {
                 let stored: StoredSnapshot = decode(&bytes).map_err(|e| StorageIOError::read_snapshot(None, &e))?;
                 Some(Arc::new(stored))

@@ -8,5 +8,6 @@ mod client_kv;
 mod client_txn;
 mod crash;
 mod etcdctl_kv;
+mod etcdctl_script;
 mod maintenance;
 mod util;

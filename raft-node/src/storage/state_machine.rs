@@ -1,0 +1,416 @@
+//! [`StateMachine`]: applies committed log entries to the MVCC store, and builds and installs snapshots.
+//!
+//! The applied log id and the last membership are kept in memory and written in the store's `Meta`
+//! bucket, staged with [`MvccStore::stage_meta`] so that they reach the disk in the same atomic batch as
+//! the data they describe (design invariant 3). Apply takes the store's write lock once per batch and
+//! never across an `.await`; snapshot export and install run on blocking threads.
+
+use std::io::{self, Cursor};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+
+use kv_api::{Bucket, MvccStore, SharedStore};
+use openraft::storage::RaftStateMachine;
+use openraft::{EntryPayload, RaftSnapshotBuilder, StorageIOError};
+
+use crate::storage::snapshot::{CurrentSnapshot, SnapshotContent};
+use crate::storage::{decode, encode};
+use crate::typ::{Applied, Entry, LogId, Snapshot, SnapshotMeta, StorageError, StoredMembership, TypeConfig};
+
+const META_APPLIED: &[u8] = b"raft_applied";
+const META_MEMBERSHIP: &[u8] = b"raft_membership";
+
+/// The state machine of a member: the shared MVCC store plus Raft's bookkeeping about it.
+#[derive(Debug)]
+pub struct StateMachine {
+    store: SharedStore,
+    last_applied: Option<LogId>,
+    membership: StoredMembership,
+    snapshot: CurrentSnapshot,
+    /// Snapshots built by this process, to make snapshot ids unique.
+    builds: Arc<AtomicU64>,
+}
+
+/// Builds a snapshot of the store as it is when the build runs.
+#[derive(Debug)]
+pub struct SnapshotBuilder {
+    store: SharedStore,
+    snapshot: CurrentSnapshot,
+    builds: Arc<AtomicU64>,
+}
+
+impl StateMachine {
+    /// Opens the state machine on `store`, resuming from the applied id and membership it recorded.
+    pub fn open(db: &sled::Db, store: SharedStore) -> Result<Self, StorageError> {
+        let (last_applied, membership) = read_applied(&store.read())?;
+        let snapshot = CurrentSnapshot::open(db)?;
+        // Continue the counter of the current snapshot's id so a rebuilt one gets a new id.
+        let builds = snapshot
+            .get()
+            .and_then(|s| s.meta.snapshot_id.rsplit('-').next()?.parse::<u64>().ok())
+            .map_or(0, |n| n + 1);
+        Ok(Self {
+            store,
+            last_applied,
+            membership,
+            snapshot,
+            builds: Arc::new(AtomicU64::new(builds)),
+        })
+    }
+
+    /// The MVCC store this state machine applies to.
+    pub fn store(&self) -> &SharedStore {
+        &self.store
+    }
+
+    /// Applies a batch under one write lock, committing data and applied id in one backend batch.
+    fn apply_batch(&mut self, entries: impl IntoIterator<Item = Entry>) -> Result<Vec<Applied>, StorageError> {
+        let mut replies = Vec::new();
+        let mut last_applied = self.last_applied;
+        let mut membership = None;
+        let mut store = self.store.write();
+        for entry in entries {
+            let reply = match entry.payload {
+                EntryPayload::Blank => None,
+                EntryPayload::Normal(cmd) => match store.apply(&cmd) {
+                    // A disk or invariant failure is no answer to give a client: it stops this member.
+                    Err(kv_api::Error::Internal(msg)) => {
+                        return Err(StorageIOError::apply(entry.log_id, &io::Error::other(msg)).into())
+                    }
+                    result => Some(result),
+                },
+                EntryPayload::Membership(m) => {
+                    membership = Some(StoredMembership::new(Some(entry.log_id), m));
+                    None
+                }
+            };
+            last_applied = Some(entry.log_id);
+            replies.push(reply);
+        }
+        if replies.is_empty() {
+            return Ok(replies);
+        }
+        let write_err =
+            |e: &dyn std::fmt::Display| StorageIOError::write_state_machine(&io::Error::other(e.to_string()));
+        store.stage_meta(META_APPLIED, encode(&last_applied).map_err(|e| write_err(&e))?);
+        if let Some(m) = &membership {
+            store.stage_meta(META_MEMBERSHIP, encode(m).map_err(|e| write_err(&e))?);
+        }
+        store.commit().map_err(|e| write_err(&e))?;
+        drop(store);
+        self.last_applied = last_applied;
+        if let Some(m) = membership {
+            self.membership = m;
+        }
+        Ok(replies)
+    }
+}
+
+/// The applied id and membership as last committed in the store's `Meta` bucket.
+fn read_applied(store: &MvccStore) -> Result<(Option<LogId>, StoredMembership), StorageError> {
+    let read = |key: &[u8]| -> Result<Option<Vec<u8>>, StorageError> {
+        Ok(store.meta(key).map_err(|e| StorageIOError::read_state_machine(&e))?)
+    };
+    let last_applied = match read(META_APPLIED)? {
+        Some(bytes) => decode(&bytes).map_err(|e| StorageIOError::read_state_machine(&e))?,
+        None => None,
+    };
+    let membership = match read(META_MEMBERSHIP)? {
+        Some(bytes) => decode(&bytes).map_err(|e| StorageIOError::read_state_machine(&e))?,
+        None => StoredMembership::default(),
+    };
+    Ok((last_applied, membership))
+}
+
+/// Runs `f` on a blocking thread (big scans and writes must not block the runtime).
+async fn blocking<T: Send + 'static>(
+    f: impl FnOnce() -> Result<T, StorageError> + Send + 'static,
+) -> Result<T, StorageError> {
+    tokio::task::spawn_blocking(f)
+        .await
+        .map_err(|e| StorageIOError::read_state_machine(&e))?
+}
+
+impl RaftSnapshotBuilder<TypeConfig> for SnapshotBuilder {
+    async fn build_snapshot(&mut self) -> Result<Snapshot, StorageError> {
+        let store = self.store.clone();
+        // One read lock: the export and the applied id it reflects come from the same committed state.
+        let content = blocking(move || {
+            let store = store.read();
+            let (last_applied, membership) = read_applied(&store)?;
+            let entries = store.export().map_err(|e| StorageIOError::read_state_machine(&e))?;
+            drop(store);
+            Ok(SnapshotContent {
+                last_applied,
+                membership,
+                entries,
+            })
+        })
+        .await?;
+        let build = self.builds.fetch_add(1, Ordering::Relaxed);
+        let snapshot_id = match content.last_applied {
+            Some(id) => format!("{}-{}-{build}", id.leader_id.term, id.index),
+            None => format!("none-{build}"),
+        };
+        let meta = SnapshotMeta {
+            last_log_id: content.last_applied,
+            last_membership: content.membership.clone(),
+            snapshot_id,
+        };
+        let data = blocking(move || content.encode()).await?;
+        self.snapshot.save(&meta, data.clone()).await?;
+        Ok(Snapshot {
+            meta,
+            snapshot: Box::new(Cursor::new(data)),
+        })
+    }
+}
+
+impl RaftStateMachine<TypeConfig> for StateMachine {
+    type SnapshotBuilder = SnapshotBuilder;
+
+    async fn applied_state(&mut self) -> Result<(Option<LogId>, StoredMembership), StorageError> {
+        Ok((self.last_applied, self.membership.clone()))
+    }
+
+    async fn apply<I>(&mut self, entries: I) -> Result<Vec<Applied>, StorageError>
+    where
+        I: IntoIterator<Item = Entry> + Send,
+        I::IntoIter: Send,
+    {
+        self.apply_batch(entries)
+    }
+
+    async fn get_snapshot_builder(&mut self) -> Self::SnapshotBuilder {
+        SnapshotBuilder {
+            store: self.store.clone(),
+            snapshot: self.snapshot.clone(),
+            builds: self.builds.clone(),
+        }
+    }
+
+    async fn begin_receiving_snapshot(&mut self) -> Result<Box<Cursor<Vec<u8>>>, StorageError> {
+        Ok(Box::new(Cursor::new(Vec::new())))
+    }
+
+    async fn install_snapshot(
+        &mut self,
+        meta: &SnapshotMeta,
+        snapshot: Box<Cursor<Vec<u8>>>,
+    ) -> Result<(), StorageError> {
+        let data = snapshot.into_inner();
+        let store = self.store.clone();
+        let snapshot_meta = meta.clone();
+        let data = blocking(move || {
+            let content = SnapshotContent::decode(&data)?;
+            if content.last_applied != snapshot_meta.last_log_id || content.membership != snapshot_meta.last_membership
+            {
+                let err = io::Error::new(io::ErrorKind::InvalidData, "snapshot content disagrees with its meta");
+                return Err(StorageIOError::read_snapshot(Some(snapshot_meta.signature()), &err).into());
+            }
+            // Write the bookkeeping from the meta itself: data, applied id and membership in one batch.
+            let write_err = |e: &dyn std::fmt::Display| {
+                StorageIOError::write_snapshot(Some(snapshot_meta.signature()), &io::Error::other(e.to_string()))
+            };
+            let mut entries: Vec<_> = content
+                .entries
+                .into_iter()
+                .filter(|(bucket, key, _)| {
+                    !(*bucket == Bucket::Meta && (key == META_APPLIED || key == META_MEMBERSHIP))
+                })
+                .collect();
+            let applied = encode(&snapshot_meta.last_log_id).map_err(|e| write_err(&e))?;
+            let membership = encode(&snapshot_meta.last_membership).map_err(|e| write_err(&e))?;
+            entries.push((Bucket::Meta, META_APPLIED.to_vec(), applied));
+            entries.push((Bucket::Meta, META_MEMBERSHIP.to_vec(), membership));
+            store.write().install(entries).map_err(|e| write_err(&e))?;
+            Ok(data)
+        })
+        .await?;
+        self.last_applied = meta.last_log_id;
+        self.membership = meta.last_membership.clone();
+        self.snapshot.save(meta, data).await
+    }
+
+    async fn get_current_snapshot(&mut self) -> Result<Option<Snapshot>, StorageError> {
+        Ok(self.snapshot.get())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::{BTreeMap, BTreeSet};
+    use std::path::Path;
+
+    use kv_api::{Command, CommandResponse};
+    use openraft::{CommittedLeaderId, Membership};
+    use proto::etcdserverpb as pb;
+
+    use super::*;
+    use crate::storage::open;
+    use crate::typ::MemberNode;
+
+    fn log_id(term: u64, index: u64) -> LogId {
+        LogId::new(CommittedLeaderId::new(term, 1), index)
+    }
+
+    fn put(log_id: LogId, key: &str, value: &str) -> Entry {
+        Entry {
+            log_id,
+            payload: EntryPayload::Normal(Command::Put(pb::PutRequest {
+                key: key.as_bytes().to_vec(),
+                value: value.as_bytes().to_vec(),
+                ..Default::default()
+            })),
+        }
+    }
+
+    fn membership(index: u64) -> Entry {
+        let nodes = BTreeMap::from([(
+            1,
+            MemberNode {
+                name: "m1".into(),
+                peer_urls: vec!["http://127.0.0.1:2380".into()],
+                client_urls: vec!["http://127.0.0.1:2379".into()],
+            },
+        )]);
+        Entry {
+            log_id: log_id(1, index),
+            payload: EntryPayload::Membership(Membership::new(vec![BTreeSet::from([1])], nodes)),
+        }
+    }
+
+    fn all_kvs(store: &SharedStore) -> Vec<(Vec<u8>, Vec<u8>, i64)> {
+        let req = pb::RangeRequest {
+            key: vec![0],
+            range_end: vec![0],
+            ..Default::default()
+        };
+        let resp = store.read().range(&req).expect("range");
+        resp.kvs
+            .into_iter()
+            .map(|kv| (kv.key, kv.value, kv.mod_revision))
+            .collect()
+    }
+
+    /// A member with a membership, two puts, a blank entry and a failing request applied.
+    async fn populated(dir: &Path) -> (StateMachine, SharedStore) {
+        let (_log, mut sm, store) = open(dir).expect("open");
+        let replies = sm
+            .apply([membership(1), put(log_id(1, 2), "a", "1"), put(log_id(1, 3), "b", "2")])
+            .await
+            .expect("apply");
+        assert_eq!(replies[0], None);
+        assert!(
+            matches!(&replies[1], Some(Ok(CommandResponse::Put(r))) if r.header.as_ref().map(|h| h.revision) == Some(2))
+        );
+        let failing = Entry {
+            log_id: log_id(2, 4),
+            payload: EntryPayload::Normal(Command::Put(pb::PutRequest {
+                key: b"missing".to_vec(),
+                ignore_value: true,
+                ..Default::default()
+            })),
+        };
+        let blank = Entry {
+            log_id: log_id(2, 5),
+            payload: EntryPayload::Blank,
+        };
+        let replies = sm.apply([failing, blank]).await.expect("apply");
+        // A request's own error is its answer, not a storage failure.
+        assert_eq!(replies, vec![Some(Err(kv_api::Error::KeyNotFound)), None]);
+        (sm, store)
+    }
+
+    #[tokio::test]
+    async fn restart_resumes_from_the_applied_id() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let (applied, kvs) = {
+            let (mut sm, store) = populated(dir.path()).await;
+            (sm.applied_state().await.expect("applied"), all_kvs(&store))
+        };
+        assert_eq!(applied.0, Some(log_id(2, 5)));
+        assert_eq!(applied.1.log_id(), &Some(log_id(1, 1)));
+        assert_eq!(kvs.len(), 2);
+
+        let (_log, mut sm, store) = open(dir.path()).expect("reopen");
+        assert_eq!(sm.applied_state().await.expect("applied"), applied);
+        assert_eq!(store.read().current_revision(), 3);
+        assert_eq!(all_kvs(&store), kvs);
+        assert_eq!(applied.1.membership().get_node(&1).map(|n| n.name.as_str()), Some("m1"));
+    }
+
+    #[tokio::test]
+    async fn snapshot_installs_on_a_fresh_member() {
+        let leader_dir = tempfile::tempdir().expect("tempdir");
+        let (mut leader, leader_store) = populated(leader_dir.path()).await;
+        // Compaction state travels too.
+        let compact = Entry {
+            log_id: log_id(2, 6),
+            payload: EntryPayload::Normal(Command::Compact(pb::CompactionRequest {
+                revision: 2,
+                ..Default::default()
+            })),
+        };
+        leader.apply([compact]).await.expect("apply");
+        let snapshot = leader
+            .get_snapshot_builder()
+            .await
+            .build_snapshot()
+            .await
+            .expect("build");
+        assert_eq!(snapshot.meta.last_log_id, Some(log_id(2, 6)));
+        assert!(snapshot.meta.snapshot_id.starts_with("2-6-"));
+
+        let follower_dir = tempfile::tempdir().expect("tempdir");
+        {
+            let (_log, mut follower, follower_store) = open(follower_dir.path()).expect("open");
+            follower.apply([put(log_id(1, 1), "stale", "x")]).await.expect("apply");
+            let mut received = follower.begin_receiving_snapshot().await.expect("begin");
+            received.get_mut().extend_from_slice(snapshot.snapshot.get_ref());
+            follower
+                .install_snapshot(&snapshot.meta, received)
+                .await
+                .expect("install");
+
+            assert_eq!(all_kvs(&follower_store), all_kvs(&leader_store));
+            let follower_store = follower_store.read();
+            assert_eq!(follower_store.current_revision(), 3);
+            assert_eq!(follower_store.compacted_revision(), 2);
+            drop(follower_store);
+            assert_eq!(
+                follower.applied_state().await.expect("applied"),
+                leader.applied_state().await.expect("applied")
+            );
+        }
+
+        // The installed state and the current snapshot survive a restart.
+        let (_log, mut follower, follower_store) = open(follower_dir.path()).expect("reopen");
+        assert_eq!(all_kvs(&follower_store), all_kvs(&leader_store));
+        assert_eq!(follower.applied_state().await.expect("applied").0, Some(log_id(2, 6)));
+        let current = follower
+            .get_current_snapshot()
+            .await
+            .expect("current")
+            .expect("a snapshot");
+        assert_eq!(current.meta, snapshot.meta);
+        assert_eq!(current.snapshot.get_ref(), snapshot.snapshot.get_ref());
+    }
+
+    #[tokio::test]
+    async fn an_older_build_never_replaces_a_newer_snapshot() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let (mut sm, _store) = populated(dir.path()).await;
+        let mut old_builder = sm.get_snapshot_builder().await;
+        sm.apply([put(log_id(2, 6), "c", "3")]).await.expect("apply");
+        let newer = sm.get_snapshot_builder().await.build_snapshot().await.expect("build");
+        // A build that read the store before the last apply finishes after the newer one.
+        let older_meta = SnapshotMeta {
+            last_log_id: Some(log_id(2, 5)),
+            ..newer.meta.clone()
+        };
+        old_builder.snapshot.save(&older_meta, vec![]).await.expect("save");
+        let current = sm.get_current_snapshot().await.expect("current").expect("a snapshot");
+        assert_eq!(current.meta, newer.meta);
+    }
+}
