@@ -95,20 +95,24 @@ pub(crate) fn check_put(store: &MvccStore, req: &pb::PutRequest, at: i64) -> Res
     Ok(())
 }
 
-/// Checks every op on the chosen path before any runs, so a failing txn changes nothing: puts'
-/// preconditions (for write txns) and the revisions of ranges.
+/// Checks every op on the chosen path before any runs, so a failing txn changes nothing. As etcd: first the
+/// puts' preconditions (write txns only), then the revisions of ranges.
 pub(crate) fn check_ops(store: &MvccStore, req: &pb::TxnRequest, path: &[bool], at: i64) -> Result<()> {
-    let write = !is_read_only(req);
-    let mut path = path.iter().copied();
-    check_branch(store, req, &mut path, at, write)
+    if !is_read_only(req) {
+        check_branch(store, req, &mut path.iter().copied(), at, true, &mut Vec::new())?;
+    }
+    check_branch(store, req, &mut path.iter().copied(), at, false, &mut Vec::new())
 }
 
-fn check_branch(
+/// Checks the puts (`puts`) or the ranges of the branches on the path. `from_key_deletes` collects the start
+/// keys of the from-key deletes met so far, in the order the ops run.
+fn check_branch<'a>(
     store: &MvccStore,
-    req: &pb::TxnRequest,
+    req: &'a pb::TxnRequest,
     path: &mut impl Iterator<Item = bool>,
     at: i64,
-    write: bool,
+    puts: bool,
+    from_key_deletes: &mut Vec<&'a [u8]>,
 ) -> Result<()> {
     let ops = if path.next().unwrap_or(false) {
         &req.success
@@ -117,9 +121,18 @@ fn check_branch(
     };
     for op in ops {
         match &op.request {
-            Some(Request::RequestTxn(inner)) => check_branch(store, inner, path, at, write)?,
-            Some(Request::RequestPut(put)) if write => check_put(store, put, at)?,
-            Some(Request::RequestRange(range)) if range.revision != 0 => {
+            Some(Request::RequestTxn(inner)) => check_branch(store, inner, path, at, puts, from_key_deletes)?,
+            Some(Request::RequestPut(put)) if puts => {
+                check_put(store, put, at)?;
+                // etcd's duplicate-key check reads the `\0` end of a from-key delete literally, so such a delete
+                // may remove the key a later ignore_value/ignore_lease put needs (etcd panics there).
+                let needs_key = put.ignore_value || put.ignore_lease;
+                if needs_key && from_key_deletes.iter().any(|start| *start <= put.key.as_slice()) {
+                    return Err(Error::KeyNotFound);
+                }
+            }
+            Some(Request::RequestDeleteRange(del)) if puts && del.range_end == [0] => from_key_deletes.push(&del.key),
+            Some(Request::RequestRange(range)) if !puts && range.revision != 0 => {
                 if range.revision > at {
                     return Err(Error::FutureRevision);
                 }

@@ -204,3 +204,66 @@ impl RaftLogStorage<TypeConfig> for LogStore {
         self.remove_range(..=index_key(log_id.index))
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use openraft::storage::RaftLogStorageExt;
+    use openraft::{CommittedLeaderId, EntryPayload};
+
+    use super::*;
+    use crate::storage::open;
+
+    fn blank(term: u64, index: u64) -> Entry {
+        Entry {
+            log_id: LogId::new(CommittedLeaderId::new(term, 1), index),
+            payload: EntryPayload::Blank,
+        }
+    }
+
+    fn indexes(entries: &[Entry]) -> Vec<u64> {
+        entries.iter().map(|e| e.log_id.index).collect()
+    }
+
+    #[tokio::test]
+    async fn log_vote_and_pointers_survive_a_restart() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        {
+            let (mut log, _sm, _store) = open(dir.path()).expect("open");
+            log.blocking_append((1..=10).map(|i| blank(1, i)))
+                .await
+                .expect("append");
+            log.save_vote(&Vote::new(3, 2)).await.expect("vote");
+            log.save_committed(Some(blank(1, 8).log_id)).await.expect("committed");
+            log.purge(blank(1, 3).log_id).await.expect("purge");
+            log.truncate(blank(1, 9).log_id).await.expect("truncate");
+        }
+        let (mut log, _sm, _store) = open(dir.path()).expect("reopen");
+        let state = log.get_log_state().await.expect("state");
+        assert_eq!(state.last_purged_log_id, Some(blank(1, 3).log_id));
+        assert_eq!(state.last_log_id, Some(blank(1, 8).log_id));
+        assert_eq!(log.read_vote().await.expect("vote"), Some(Vote::new(3, 2)));
+        assert_eq!(log.read_committed().await.expect("committed"), Some(blank(1, 8).log_id));
+        let all = log.try_get_log_entries(..).await.expect("read");
+        assert_eq!(indexes(&all), (4..=8).collect::<Vec<_>>());
+    }
+
+    #[tokio::test]
+    async fn reads_take_any_range_form() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let (mut log, _sm, _store) = open(dir.path()).expect("open");
+        log.blocking_append((0..=5).map(|i| blank(1, i))).await.expect("append");
+        let cases: Vec<(Vec<Entry>, Vec<u64>)> = vec![
+            (log.try_get_log_entries(2..4).await.expect("read"), vec![2, 3]),
+            (log.try_get_log_entries(2..=4).await.expect("read"), vec![2, 3, 4]),
+            (log.try_get_log_entries(4..).await.expect("read"), vec![4, 5]),
+            (log.try_get_log_entries(..2).await.expect("read"), vec![0, 1]),
+            (log.try_get_log_entries(3..3).await.expect("read"), vec![]),
+            #[allow(clippy::reversed_empty_ranges)]
+            (log.try_get_log_entries(4..2).await.expect("read"), vec![]),
+            (log.try_get_log_entries(9..).await.expect("read"), vec![]),
+        ];
+        for (got, want) in cases {
+            assert_eq!(indexes(&got), want);
+        }
+    }
+}

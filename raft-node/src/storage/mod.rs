@@ -22,6 +22,9 @@
 //! A restarting member finds a consistent store whose applied id is at most the last durable log entry;
 //! openraft replays the log from the applied id onwards.
 
+// openraft's `StorageError` is large, and its traits return it: boxing ours would only add conversions.
+#![allow(clippy::result_large_err)]
+
 use std::path::Path;
 use std::sync::Arc;
 

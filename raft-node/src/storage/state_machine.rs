@@ -374,10 +374,11 @@ mod tests {
                 .expect("install");
 
             assert_eq!(all_kvs(&follower_store), all_kvs(&leader_store));
-            let follower_store = follower_store.read();
-            assert_eq!(follower_store.current_revision(), 3);
-            assert_eq!(follower_store.compacted_revision(), 2);
-            drop(follower_store);
+            let revisions = {
+                let store = follower_store.read();
+                (store.current_revision(), store.compacted_revision())
+            };
+            assert_eq!(revisions, (3, 2));
             assert_eq!(
                 follower.applied_state().await.expect("applied"),
                 leader.applied_state().await.expect("applied")
@@ -401,7 +402,7 @@ mod tests {
     async fn an_older_build_never_replaces_a_newer_snapshot() {
         let dir = tempfile::tempdir().expect("tempdir");
         let (mut sm, _store) = populated(dir.path()).await;
-        let mut old_builder = sm.get_snapshot_builder().await;
+        let old_builder = sm.get_snapshot_builder().await;
         sm.apply([put(log_id(2, 6), "c", "3")]).await.expect("apply");
         let newer = sm.get_snapshot_builder().await.build_snapshot().await.expect("build");
         // A build that read the store before the last apply finishes after the newer one.
