@@ -134,9 +134,7 @@ fn compact(store: &mut MvccStore, revision: i64) -> Result<CommandResponse, Erro
 }
 
 fn range(store: &MvccStore, req: pb::RangeRequest) -> pb::RangeResponse {
-    store
-        .range(&req)
-        .unwrap_or_else(|e| panic!("range {req:?}: {e}"))
+    store.range(&req).unwrap_or_else(|e| panic!("range {req:?}: {e}"))
 }
 
 fn get(store: &MvccStore, key: &str, revision: i64) -> Option<KeyValue> {
@@ -148,7 +146,9 @@ fn get(store: &MvccStore, key: &str, revision: i64) -> Option<KeyValue> {
 }
 
 fn keys(kvs: &[KeyValue]) -> Vec<String> {
-    kvs.iter().map(|kv| String::from_utf8_lossy(&kv.key).into_owned()).collect()
+    kvs.iter()
+        .map(|kv| String::from_utf8_lossy(&kv.key).into_owned())
+        .collect()
 }
 
 fn header_revision(resp: &CommandResponse) -> i64 {
@@ -188,7 +188,10 @@ fn fixture() -> (Arc<MemBackend>, MvccStore) {
     let (backend, mut store) = open();
     put(&mut store, put_req("a", "1"));
     put(&mut store, put_req("b", "3"));
-    txn(&mut store, txn_req(vec![], vec![op_put("c", "2"), op_put("d", "5")], vec![]));
+    txn(
+        &mut store,
+        txn_req(vec![], vec![op_put("c", "2"), op_put("d", "5")], vec![]),
+    );
     put(&mut store, put_req("a", "4"));
     put(
         &mut store,
@@ -210,7 +213,12 @@ fn revisions_follow_etcd() {
     let (_, mut store) = open();
     assert_eq!(store.current_revision(), 1, "an empty store is at revision 1");
     let lookup = txn_req(vec![], vec![op_range("a", "")], vec![]);
-    let never = cmp("a", CompareTarget::Version, CompareResult::Equal, Some(TargetUnion::Version(99)));
+    let never = cmp(
+        "a",
+        CompareTarget::Version,
+        CompareResult::Equal,
+        Some(TargetUnion::Version(99)),
+    );
     // (what, command, header revision of the answer = current revision after it)
     let cases: Vec<(&str, Command, i64)> = vec![
         ("first put", Command::Put(put_req("a", "1")), 2),
@@ -219,7 +227,11 @@ fn revisions_follow_etcd() {
         ("delete of an empty range", Command::DeleteRange(del_req("x", "y")), 3),
         (
             "txn with three puts",
-            Command::Txn(txn_req(vec![], vec![op_put("b", ""), op_put("c", ""), op_put("d", "")], vec![])),
+            Command::Txn(txn_req(
+                vec![],
+                vec![op_put("b", ""), op_put("c", ""), op_put("d", "")],
+                vec![],
+            )),
             4,
         ),
         ("read-only txn", Command::Txn(lookup), 4),
@@ -235,7 +247,14 @@ fn revisions_follow_etcd() {
         ),
         ("delete of an existing key", Command::DeleteRange(del_req("a", "")), 5),
         ("delete of two keys", Command::DeleteRange(del_req("b", "d")), 6),
-        ("compaction", Command::Compact(pb::CompactionRequest { revision: 3, physical: false }), 6),
+        (
+            "compaction",
+            Command::Compact(pb::CompactionRequest {
+                revision: 3,
+                physical: false,
+            }),
+            6,
+        ),
         ("put after a compaction", Command::Put(put_req("a", "3")), 7),
     ];
     for (what, cmd, want) in cases {
@@ -251,7 +270,11 @@ fn txn_puts_share_one_revision() {
     put(&mut store, put_req("a", "old"));
     let resp = txn(
         &mut store,
-        txn_req(vec![], vec![op_put("a", "new"), op_put("b", "1"), op_put("c", "2")], vec![]),
+        txn_req(
+            vec![],
+            vec![op_put("a", "new"), op_put("b", "1"), op_put("c", "2")],
+            vec![],
+        ),
     );
     assert_eq!(resp.header, header(3));
     for response in &resp.responses {
@@ -261,7 +284,10 @@ fn txn_puts_share_one_revision() {
         }
     }
     let all = range(&store, range_req("\0", "\0"));
-    assert_eq!(all.kvs, vec![kv("a", "new", 2, 3, 2), kv("b", "1", 3, 3, 1), kv("c", "2", 3, 3, 1)]);
+    assert_eq!(
+        all.kvs,
+        vec![kv("a", "new", 2, 3, 2), kv("b", "1", 3, 3, 1), kv("c", "2", 3, 3, 1)]
+    );
 }
 
 #[test]
@@ -309,7 +335,10 @@ fn range_options() {
         ("limit", pb::RangeRequest { limit: 2, ..all() }, &["a", "ab"], 6, true),
         (
             "limit on a range",
-            pb::RangeRequest { limit: 1, ..range_req("b", "\0") },
+            pb::RangeRequest {
+                limit: 1,
+                ..range_req("b", "\0")
+            },
             &["b"],
             4,
             true,
@@ -328,7 +357,13 @@ fn range_options() {
             6,
             false,
         ),
-        ("past revision", pb::RangeRequest { revision: 4, ..all() }, &["a", "b", "c", "d"], 4, false),
+        (
+            "past revision",
+            pb::RangeRequest { revision: 4, ..all() },
+            &["a", "b", "c", "d"],
+            4,
+            false,
+        ),
         (
             "past revision, key deleted then",
             pb::RangeRequest { revision: 7, ..all() },
@@ -338,77 +373,191 @@ fn range_options() {
         ),
         (
             "past revision with limit",
-            pb::RangeRequest { revision: 7, limit: 3, ..all() },
+            pb::RangeRequest {
+                revision: 7,
+                limit: 3,
+                ..all()
+            },
             &["a", "c", "d"],
             4,
             true,
         ),
-        ("sort key descend", sorted(SortOrder::Descend, SortTarget::Key), &["e", "d", "c", "b", "ab", "a"], 6, false),
+        (
+            "sort key descend",
+            sorted(SortOrder::Descend, SortTarget::Key),
+            &["e", "d", "c", "b", "ab", "a"],
+            6,
+            false,
+        ),
         (
             "sort key ascend with limit",
-            pb::RangeRequest { limit: 2, ..sorted(SortOrder::Ascend, SortTarget::Key) },
+            pb::RangeRequest {
+                limit: 2,
+                ..sorted(SortOrder::Ascend, SortTarget::Key)
+            },
             &["a", "ab"],
             6,
             true,
         ),
         // Any target but KEY with no order sorts ascending; ties keep key order.
-        ("sort version, no order", sorted(SortOrder::None, SortTarget::Version), &["ab", "b", "d", "e", "a", "c"], 6, false),
-        ("sort version descend", sorted(SortOrder::Descend, SortTarget::Version), &["a", "c", "ab", "b", "d", "e"], 6, false),
-        ("sort create ascend", sorted(SortOrder::Ascend, SortTarget::Create), &["a", "c", "d", "e", "b", "ab"], 6, false),
-        ("sort mod descend", sorted(SortOrder::Descend, SortTarget::Mod), &["ab", "c", "b", "e", "a", "d"], 6, false),
-        ("sort value ascend", sorted(SortOrder::Ascend, SortTarget::Value), &["e", "a", "d", "ab", "c", "b"], 6, false),
+        (
+            "sort version, no order",
+            sorted(SortOrder::None, SortTarget::Version),
+            &["ab", "b", "d", "e", "a", "c"],
+            6,
+            false,
+        ),
+        (
+            "sort version descend",
+            sorted(SortOrder::Descend, SortTarget::Version),
+            &["a", "c", "ab", "b", "d", "e"],
+            6,
+            false,
+        ),
+        (
+            "sort create ascend",
+            sorted(SortOrder::Ascend, SortTarget::Create),
+            &["a", "c", "d", "e", "b", "ab"],
+            6,
+            false,
+        ),
+        (
+            "sort mod descend",
+            sorted(SortOrder::Descend, SortTarget::Mod),
+            &["ab", "c", "b", "e", "a", "d"],
+            6,
+            false,
+        ),
+        (
+            "sort value ascend",
+            sorted(SortOrder::Ascend, SortTarget::Value),
+            &["e", "a", "d", "ab", "c", "b"],
+            6,
+            false,
+        ),
         // etcd's quirk: with no order, only the first limit + 1 keys (a, ab, b) are fetched, then sorted.
         (
             "sort mod, no order, limit",
-            pb::RangeRequest { limit: 2, ..sorted(SortOrder::None, SortTarget::Mod) },
+            pb::RangeRequest {
+                limit: 2,
+                ..sorted(SortOrder::None, SortTarget::Mod)
+            },
             &["a", "b"],
             6,
             true,
         ),
         (
             "sort mod ascend, limit",
-            pb::RangeRequest { limit: 2, ..sorted(SortOrder::Ascend, SortTarget::Mod) },
+            pb::RangeRequest {
+                limit: 2,
+                ..sorted(SortOrder::Ascend, SortTarget::Mod)
+            },
             &["d", "a"],
             6,
             true,
         ),
-        ("count only", pb::RangeRequest { count_only: true, ..all() }, &[], 6, false),
+        (
+            "count only",
+            pb::RangeRequest {
+                count_only: true,
+                ..all()
+            },
+            &[],
+            6,
+            false,
+        ),
         (
             "count only with limit",
-            pb::RangeRequest { count_only: true, limit: 2, ..all() },
+            pb::RangeRequest {
+                count_only: true,
+                limit: 2,
+                ..all()
+            },
             &[],
             6,
             false,
         ),
         // The count is taken before the filters.
-        ("min mod revision", pb::RangeRequest { min_mod_revision: 6, ..all() }, &["ab", "b", "c", "e"], 6, false),
-        ("max mod revision", pb::RangeRequest { max_mod_revision: 5, ..all() }, &["a", "d"], 6, false),
-        ("min create revision", pb::RangeRequest { min_create_revision: 6, ..all() }, &["ab", "b", "e"], 6, false),
-        ("max create revision", pb::RangeRequest { max_create_revision: 4, ..all() }, &["a", "c", "d"], 6, false),
+        (
+            "min mod revision",
+            pb::RangeRequest {
+                min_mod_revision: 6,
+                ..all()
+            },
+            &["ab", "b", "c", "e"],
+            6,
+            false,
+        ),
+        (
+            "max mod revision",
+            pb::RangeRequest {
+                max_mod_revision: 5,
+                ..all()
+            },
+            &["a", "d"],
+            6,
+            false,
+        ),
+        (
+            "min create revision",
+            pb::RangeRequest {
+                min_create_revision: 6,
+                ..all()
+            },
+            &["ab", "b", "e"],
+            6,
+            false,
+        ),
+        (
+            "max create revision",
+            pb::RangeRequest {
+                max_create_revision: 4,
+                ..all()
+            },
+            &["a", "c", "d"],
+            6,
+            false,
+        ),
         (
             "mod window",
-            pb::RangeRequest { min_mod_revision: 5, max_mod_revision: 8, ..all() },
+            pb::RangeRequest {
+                min_mod_revision: 5,
+                max_mod_revision: 8,
+                ..all()
+            },
             &["a", "b", "e"],
             6,
             false,
         ),
         (
             "filter then limit",
-            pb::RangeRequest { min_mod_revision: 6, limit: 2, ..all() },
+            pb::RangeRequest {
+                min_mod_revision: 6,
+                limit: 2,
+                ..all()
+            },
             &["ab", "b"],
             6,
             true,
         ),
         (
             "filter under the limit",
-            pb::RangeRequest { max_mod_revision: 5, limit: 2, ..all() },
+            pb::RangeRequest {
+                max_mod_revision: 5,
+                limit: 2,
+                ..all()
+            },
             &["a", "d"],
             6,
             false,
         ),
         (
             "filter at a past revision",
-            pb::RangeRequest { revision: 7, max_create_revision: 4, ..all() },
+            pb::RangeRequest {
+                revision: 7,
+                max_create_revision: 4,
+                ..all()
+            },
             &["a", "c", "d"],
             4,
             false,
@@ -430,7 +579,11 @@ fn range_options() {
         assert_eq!(keys(&resp.kvs), want_keys, "{what}: keys");
         assert_eq!(resp.count, want_count, "{what}: count");
         assert_eq!(resp.more, want_more, "{what}: more");
-        assert_eq!(resp.header, header(10), "{what}: the header carries the current revision");
+        assert_eq!(
+            resp.header,
+            header(10),
+            "{what}: the header carries the current revision"
+        );
     }
 }
 
@@ -442,11 +595,28 @@ fn range_values_and_keys_only() {
     let now = range(&store, range_req("c", "\0"));
     assert_eq!(now.kvs, vec![kv("c", "7", 4, 9, 2), kv("d", "5", 4, 4, 1), e.clone()]);
 
-    let then = range(&store, pb::RangeRequest { revision: 4, ..range_req("\0", "\0") });
-    let want = vec![kv("a", "1", 2, 2, 1), kv("b", "3", 3, 3, 1), kv("c", "2", 4, 4, 1), kv("d", "5", 4, 4, 1)];
+    let then = range(
+        &store,
+        pb::RangeRequest {
+            revision: 4,
+            ..range_req("\0", "\0")
+        },
+    );
+    let want = vec![
+        kv("a", "1", 2, 2, 1),
+        kv("b", "3", 3, 3, 1),
+        kv("c", "2", 4, 4, 1),
+        kv("d", "5", 4, 4, 1),
+    ];
     assert_eq!(then.kvs, want);
 
-    let keys_only = range(&store, pb::RangeRequest { keys_only: true, ..range_req("c", "\0") });
+    let keys_only = range(
+        &store,
+        pb::RangeRequest {
+            keys_only: true,
+            ..range_req("c", "\0")
+        },
+    );
     e.value.clear();
     assert_eq!(keys_only.kvs, vec![kv("c", "", 4, 9, 2), kv("d", "", 4, 4, 1), e]);
 }
@@ -470,11 +640,19 @@ fn range_revision_errors() {
             revision: at,
             ..range_req("a", "")
         };
-        let got = store.range(&req).map(|r| String::from_utf8_lossy(&r.kvs[0].value).into_owned());
+        let got = store
+            .range(&req)
+            .map(|r| String::from_utf8_lossy(&r.kvs[0].value).into_owned());
         assert_eq!(got, want.map(str::to_owned), "read at {at}");
     }
     // Reading exactly at the compacted revision sees that revision, not the current one.
-    let at5 = range(&store, pb::RangeRequest { revision: 5, ..range_req("\0", "\0") });
+    let at5 = range(
+        &store,
+        pb::RangeRequest {
+            revision: 5,
+            ..range_req("\0", "\0")
+        },
+    );
     assert_eq!(keys(&at5.kvs), ["a", "b", "c", "d"]);
     assert_eq!(at5.header, header(10));
 }
@@ -482,24 +660,55 @@ fn range_revision_errors() {
 #[test]
 fn put_options() {
     let (_, mut store) = open();
-    let first = put(&mut store, pb::PutRequest { prev_kv: true, lease: 42, ..put_req("k", "v1") });
+    let first = put(
+        &mut store,
+        pb::PutRequest {
+            prev_kv: true,
+            lease: 42,
+            ..put_req("k", "v1")
+        },
+    );
     assert_eq!(first.header, header(2));
     assert_eq!(first.prev_kv, None, "no previous value on a create");
     let mut v1 = kv("k", "v1", 2, 2, 1);
     v1.lease = 42;
     assert_eq!(get(&store, "k", 0), Some(v1.clone()), "the lease is stored");
 
-    let second = put(&mut store, pb::PutRequest { prev_kv: true, ..put_req("k", "v2") });
+    let second = put(
+        &mut store,
+        pb::PutRequest {
+            prev_kv: true,
+            ..put_req("k", "v2")
+        },
+    );
     assert_eq!(second.prev_kv, Some(v1), "prev_kv returns the value replaced");
-    assert_eq!(get(&store, "k", 0), Some(kv("k", "v2", 2, 3, 2)), "a put without lease drops the lease");
+    assert_eq!(
+        get(&store, "k", 0),
+        Some(kv("k", "v2", 2, 3, 2)),
+        "a put without lease drops the lease"
+    );
 
     let mut leased = kv("k", "v2", 2, 4, 3);
     leased.lease = 9;
-    let keep_value = put(&mut store, pb::PutRequest { ignore_value: true, lease: 9, ..put_req("k", "") });
+    let keep_value = put(
+        &mut store,
+        pb::PutRequest {
+            ignore_value: true,
+            lease: 9,
+            ..put_req("k", "")
+        },
+    );
     assert_eq!(keep_value.prev_kv, None, "prev_kv only when asked");
     assert_eq!(get(&store, "k", 0), Some(leased), "ignore_value keeps the value");
 
-    let keep_lease = put(&mut store, pb::PutRequest { ignore_lease: true, prev_kv: true, ..put_req("k", "v3") });
+    let keep_lease = put(
+        &mut store,
+        pb::PutRequest {
+            ignore_lease: true,
+            prev_kv: true,
+            ..put_req("k", "v3")
+        },
+    );
     let mut want = kv("k", "v3", 2, 5, 4);
     want.lease = 9;
     assert_eq!(get(&store, "k", 0), Some(want), "ignore_lease keeps the lease");
@@ -512,17 +721,43 @@ fn put_errors_change_nothing() {
     put(&mut store, put_req("k", "v"));
     delete(&mut store, del_req("k", ""));
     let cases = [
-        ("ignore_value, never written", pb::PutRequest { ignore_value: true, ..put_req("missing", "") }),
-        ("ignore_lease, never written", pb::PutRequest { ignore_lease: true, ..put_req("missing", "v") }),
-        ("ignore_value, deleted", pb::PutRequest { ignore_value: true, ..put_req("k", "") }),
+        (
+            "ignore_value, never written",
+            pb::PutRequest {
+                ignore_value: true,
+                ..put_req("missing", "")
+            },
+        ),
+        (
+            "ignore_lease, never written",
+            pb::PutRequest {
+                ignore_lease: true,
+                ..put_req("missing", "v")
+            },
+        ),
+        (
+            "ignore_value, deleted",
+            pb::PutRequest {
+                ignore_value: true,
+                ..put_req("k", "")
+            },
+        ),
         (
             "ignore_value in a txn",
-            pb::PutRequest { ignore_value: true, prev_kv: true, ..put_req("missing", "") },
+            pb::PutRequest {
+                ignore_value: true,
+                prev_kv: true,
+                ..put_req("missing", "")
+            },
         ),
     ];
     for (i, (what, req)) in cases.into_iter().enumerate() {
         let cmd = if i == 3 {
-            Command::Txn(txn_req(vec![], vec![op_put("other", "x"), op(Request::RequestPut(req))], vec![]))
+            Command::Txn(txn_req(
+                vec![],
+                vec![op_put("other", "x"), op(Request::RequestPut(req))],
+                vec![],
+            ))
         } else {
             Command::Put(req)
         };
@@ -540,14 +775,44 @@ fn delete_range_results() {
         ("single key", del_req("a", ""), 1, &[], &["ab", "b", "c", "d", "e"]),
         (
             "single key, prev_kv",
-            pb::DeleteRangeRequest { prev_kv: true, ..del_req("a", "") },
+            pb::DeleteRangeRequest {
+                prev_kv: true,
+                ..del_req("a", "")
+            },
             1,
             &["a"],
             &["ab", "b", "c", "d", "e"],
         ),
-        ("missing key", pb::DeleteRangeRequest { prev_kv: true, ..del_req("zz", "") }, 0, &[], &["a", "ab", "b", "c", "d", "e"]),
-        ("prefix", pb::DeleteRangeRequest { prev_kv: true, ..del_req("a", "b") }, 2, &["a", "ab"], &["b", "c", "d", "e"]),
-        ("from key", pb::DeleteRangeRequest { prev_kv: true, ..del_req("c", "\0") }, 3, &["c", "d", "e"], &["a", "ab", "b"]),
+        (
+            "missing key",
+            pb::DeleteRangeRequest {
+                prev_kv: true,
+                ..del_req("zz", "")
+            },
+            0,
+            &[],
+            &["a", "ab", "b", "c", "d", "e"],
+        ),
+        (
+            "prefix",
+            pb::DeleteRangeRequest {
+                prev_kv: true,
+                ..del_req("a", "b")
+            },
+            2,
+            &["a", "ab"],
+            &["b", "c", "d", "e"],
+        ),
+        (
+            "from key",
+            pb::DeleteRangeRequest {
+                prev_kv: true,
+                ..del_req("c", "\0")
+            },
+            3,
+            &["c", "d", "e"],
+            &["a", "ab", "b"],
+        ),
         ("all keys", del_req("\0", "\0"), 6, &[], &[]),
     ];
     for (what, req, deleted, prev, left) in cases {
@@ -557,11 +822,25 @@ fn delete_range_results() {
         assert_eq!(keys(&resp.prev_kvs), prev, "{what}: prev_kvs");
         let want_rev = if deleted > 0 { 11 } else { 10 };
         assert_eq!(resp.header, header(want_rev), "{what}: header");
-        assert_eq!(keys(&range(&store, range_req("\0", "\0")).kvs), left, "{what}: keys left");
+        assert_eq!(
+            keys(&range(&store, range_req("\0", "\0")).kvs),
+            left,
+            "{what}: keys left"
+        );
     }
     let (_, mut store) = fixture();
-    let resp = delete(&mut store, pb::DeleteRangeRequest { prev_kv: true, ..del_req("c", "e") });
-    assert_eq!(resp.prev_kvs, vec![kv("c", "7", 4, 9, 2), kv("d", "5", 4, 4, 1)], "prev_kvs carry whole values");
+    let resp = delete(
+        &mut store,
+        pb::DeleteRangeRequest {
+            prev_kv: true,
+            ..del_req("c", "e")
+        },
+    );
+    assert_eq!(
+        resp.prev_kvs,
+        vec![kv("c", "7", 4, 9, 2), kv("d", "5", 4, 4, 1)],
+        "prev_kvs carry whole values"
+    );
 }
 
 #[test]
@@ -570,8 +849,20 @@ fn txn_compares() {
     use CompareTarget::{Create, Lease, Mod, Value, Version};
     use TargetUnion as U;
     let (_, mut store) = open();
-    put(&mut store, pb::PutRequest { lease: 5, ..put_req("k", "a") }); // 2
-    put(&mut store, pb::PutRequest { lease: 5, ..put_req("k", "b") }); // 3: k = b (c2 m3 v2 lease 5)
+    put(
+        &mut store,
+        pb::PutRequest {
+            lease: 5,
+            ..put_req("k", "a")
+        },
+    ); // 2
+    put(
+        &mut store,
+        pb::PutRequest {
+            lease: 5,
+            ..put_req("k", "b")
+        },
+    ); // 3: k = b (c2 m3 v2 lease 5)
     let v = |s: &str| Some(U::Value(s.into()));
     // (key, target, result, operand, holds)
     let cases: Vec<(&str, CompareTarget, CompareResult, Option<U>, bool)> = vec![
@@ -621,7 +912,11 @@ fn txn_compares() {
         let resp = txn(&mut store, req.clone());
         assert_eq!(resp.succeeded, holds, "{what}");
         assert_eq!(resp.responses.len(), usize::from(holds), "{what}: the branch taken");
-        assert_eq!(store.txn_read_only(&req).expect("read-only txn"), resp, "{what}: read-only path");
+        assert_eq!(
+            store.txn_read_only(&req).expect("read-only txn"),
+            resp,
+            "{what}: read-only path"
+        );
     }
     assert_eq!(store.current_revision(), 3, "compares take no revision");
 }
@@ -636,7 +931,7 @@ fn compare_with_range_end() {
     put(&mut store, put_req("p2", "x")); // 3
     put(&mut store, put_req("p2", "y")); // 4: p1 v1, p2 v2
     put(&mut store, put_req("q", "z")); // 5
-    // (key, range_end, target, result, operand, holds): every key of the range must satisfy the compare.
+                                        // (key, range_end, target, result, operand, holds): every key of the range must satisfy the compare.
     let cases: Vec<(&str, &str, CompareTarget, CompareResult, U, bool)> = vec![
         ("p", "q", Version, Greater, U::Version(0), true),
         ("p", "q", Version, Equal, U::Version(1), false),
@@ -671,11 +966,25 @@ fn several_compares_must_all_hold() {
     let (_, mut store) = open();
     put(&mut store, put_req("a", "1"));
     let yes = cmp("a", CompareTarget::Version, CompareResult::Equal, Some(U::Version(1)));
-    let no = cmp("a", CompareTarget::Value, CompareResult::Equal, Some(U::Value("2".into())));
-    let cases = [(vec![], true), (vec![yes.clone()], true), (vec![yes.clone(), no.clone()], false), (vec![no, yes], false)];
+    let no = cmp(
+        "a",
+        CompareTarget::Value,
+        CompareResult::Equal,
+        Some(U::Value("2".into())),
+    );
+    let cases = [
+        (vec![], true),
+        (vec![yes.clone()], true),
+        (vec![yes.clone(), no.clone()], false),
+        (vec![no, yes], false),
+    ];
     for (compares, holds) in cases {
         let what = format!("{compares:?}");
-        assert_eq!(txn(&mut store, txn_req(compares, vec![], vec![])).succeeded, holds, "{what}");
+        assert_eq!(
+            txn(&mut store, txn_req(compares, vec![], vec![])).succeeded,
+            holds,
+            "{what}"
+        );
     }
 }
 
@@ -683,21 +992,41 @@ fn several_compares_must_all_hold() {
 fn nested_compares_see_the_store_before_the_txn() {
     let (_, mut store) = open();
     put(&mut store, put_req("k", "old")); // 2
-    let saw_old = cmp("k", CompareTarget::Value, CompareResult::Equal, Some(TargetUnion::Value("old".into())));
-    let inner = txn_req(vec![saw_old], vec![op_put("m", "saw-old")], vec![op_put("m", "saw-new")]);
-    let resp = txn(&mut store, txn_req(vec![], vec![op_put("k", "new"), op_txn(inner)], vec![]));
+    let saw_old = cmp(
+        "k",
+        CompareTarget::Value,
+        CompareResult::Equal,
+        Some(TargetUnion::Value("old".into())),
+    );
+    let inner = txn_req(
+        vec![saw_old],
+        vec![op_put("m", "saw-old")],
+        vec![op_put("m", "saw-new")],
+    );
+    let resp = txn(
+        &mut store,
+        txn_req(vec![], vec![op_put("k", "new"), op_txn(inner)], vec![]),
+    );
     // As etcd answers: the nested txn's header is empty, its put's header has the txn's revision.
     let want = pb::TxnResponse {
         header: header(3),
         succeeded: true,
         responses: vec![
-            pb::ResponseOp { response: Some(Response::ResponsePut(pb::PutResponse { header: header(3), prev_kv: None })) },
+            pb::ResponseOp {
+                response: Some(Response::ResponsePut(pb::PutResponse {
+                    header: header(3),
+                    prev_kv: None,
+                })),
+            },
             pb::ResponseOp {
                 response: Some(Response::ResponseTxn(pb::TxnResponse {
                     header: Some(pb::ResponseHeader::default()),
                     succeeded: true,
                     responses: vec![pb::ResponseOp {
-                        response: Some(Response::ResponsePut(pb::PutResponse { header: header(3), prev_kv: None })),
+                        response: Some(Response::ResponsePut(pb::PutResponse {
+                            header: header(3),
+                            prev_kv: None,
+                        })),
                     }],
                 })),
             },
@@ -707,10 +1036,27 @@ fn nested_compares_see_the_store_before_the_txn() {
     assert_eq!(get(&store, "m", 0), Some(kv("m", "saw-old", 3, 3, 1)));
 
     // The failure branch's nested txn; its compares too are evaluated before any write.
-    let gone = cmp("k", CompareTarget::Version, CompareResult::Equal, Some(TargetUnion::Version(0)));
-    let never = cmp("k", CompareTarget::Version, CompareResult::Equal, Some(TargetUnion::Version(99)));
-    let inner = txn_req(vec![gone], vec![op_put("n", "deleted-first")], vec![op_put("n", "existed")]);
-    let resp = txn(&mut store, txn_req(vec![never], vec![], vec![op_del("k", ""), op_txn(inner)]));
+    let gone = cmp(
+        "k",
+        CompareTarget::Version,
+        CompareResult::Equal,
+        Some(TargetUnion::Version(0)),
+    );
+    let never = cmp(
+        "k",
+        CompareTarget::Version,
+        CompareResult::Equal,
+        Some(TargetUnion::Version(99)),
+    );
+    let inner = txn_req(
+        vec![gone],
+        vec![op_put("n", "deleted-first")],
+        vec![op_put("n", "existed")],
+    );
+    let resp = txn(
+        &mut store,
+        txn_req(vec![never], vec![], vec![op_del("k", ""), op_txn(inner)]),
+    );
     assert!(!resp.succeeded);
     assert_eq!(get(&store, "n", 0).map(|kv| kv.value), Some(b"existed".to_vec()));
 }
@@ -729,10 +1075,16 @@ fn reads_inside_a_txn_see_its_writes() {
             op_put("c", "3"),
             op_range("c", ""),
             op_del("zz", ""),
-            op(Request::RequestRange(pb::RangeRequest { revision: 3, ..range_req("\0", "\0") })),
+            op(Request::RequestRange(pb::RangeRequest {
+                revision: 3,
+                ..range_req("\0", "\0")
+            })),
             op_txn(nested),
             op_del("b", ""),
-            op(Request::RequestRange(pb::RangeRequest { count_only: true, ..range_req("\0", "\0") })),
+            op(Request::RequestRange(pb::RangeRequest {
+                count_only: true,
+                ..range_req("\0", "\0")
+            })),
         ],
         vec![],
     );
@@ -740,17 +1092,29 @@ fn reads_inside_a_txn_see_its_writes() {
     assert_eq!(resp.header, header(4));
     let range_resp = |kvs: Vec<KeyValue>, revision: i64| {
         let count = kvs.len() as i64;
-        Response::ResponseRange(pb::RangeResponse { header: header(revision), kvs, more: false, count })
+        Response::ResponseRange(pb::RangeResponse {
+            header: header(revision),
+            kvs,
+            more: false,
+            count,
+        })
     };
     let del_resp = |deleted: i64, revision: i64| {
-        Response::ResponseDeleteRange(pb::DeleteRangeResponse { header: header(revision), deleted, prev_kvs: vec![] })
+        Response::ResponseDeleteRange(pb::DeleteRangeResponse {
+            header: header(revision),
+            deleted,
+            prev_kvs: vec![],
+        })
     };
     let c = kv("c", "3", 4, 4, 1);
     let want = vec![
         // Before any write the txn reads at its begin revision.
         range_resp(vec![kv("a", "1", 2, 2, 1)], 3),
         del_resp(0, 3),
-        Response::ResponsePut(pb::PutResponse { header: header(4), prev_kv: None }),
+        Response::ResponsePut(pb::PutResponse {
+            header: header(4),
+            prev_kv: None,
+        }),
         // After one, at the revision it takes.
         range_resp(vec![c.clone()], 4),
         del_resp(0, 4),
@@ -758,12 +1122,23 @@ fn reads_inside_a_txn_see_its_writes() {
         Response::ResponseTxn(pb::TxnResponse {
             header: Some(pb::ResponseHeader::default()),
             succeeded: true,
-            responses: vec![pb::ResponseOp { response: Some(range_resp(vec![c], 4)) }],
+            responses: vec![pb::ResponseOp {
+                response: Some(range_resp(vec![c], 4)),
+            }],
         }),
         del_resp(1, 4),
-        Response::ResponseRange(pb::RangeResponse { header: header(4), kvs: vec![], more: false, count: 2 }),
+        Response::ResponseRange(pb::RangeResponse {
+            header: header(4),
+            kvs: vec![],
+            more: false,
+            count: 2,
+        }),
     ];
-    let got: Vec<Response> = resp.responses.into_iter().map(|r| r.response.expect("a response")).collect();
+    let got: Vec<Response> = resp
+        .responses
+        .into_iter()
+        .map(|r| r.response.expect("a response"))
+        .collect();
     assert_eq!(got.len(), want.len());
     for (i, (got, want)) in got.iter().zip(&want).enumerate() {
         assert_eq!(got, want, "response {i}");
@@ -774,17 +1149,51 @@ fn reads_inside_a_txn_see_its_writes() {
 fn txn_errors_change_nothing() {
     let (_, mut store) = fixture();
     compact(&mut store, 5).expect("compact");
-    let at = |revision: i64| op(Request::RequestRange(pb::RangeRequest { revision, ..range_req("a", "") }));
-    let put_ignoring = |key: &str| op(Request::RequestPut(pb::PutRequest { ignore_value: true, ..put_req(key, "") }));
+    let at = |revision: i64| {
+        op(Request::RequestRange(pb::RangeRequest {
+            revision,
+            ..range_req("a", "")
+        }))
+    };
+    let put_ignoring = |key: &str| {
+        op(Request::RequestPut(pb::PutRequest {
+            ignore_value: true,
+            ..put_req(key, "")
+        }))
+    };
     // (what, txn, error)
     let cases: Vec<(&str, pb::TxnRequest, Error)> = vec![
-        ("future read", txn_req(vec![], vec![op_put("x", ""), at(11)], vec![]), Error::FutureRevision),
-        ("compacted read", txn_req(vec![], vec![op_put("x", ""), at(4)], vec![]), Error::Compacted),
-        ("read-only, future read", txn_req(vec![], vec![at(11)], vec![]), Error::FutureRevision),
-        ("nested compacted read", txn_req(vec![], vec![op_txn(txn_req(vec![], vec![at(2)], vec![]))], vec![]), Error::Compacted),
-        ("ignore_value on a missing key", txn_req(vec![], vec![op_put("x", ""), put_ignoring("zz")], vec![]), Error::KeyNotFound),
+        (
+            "future read",
+            txn_req(vec![], vec![op_put("x", ""), at(11)], vec![]),
+            Error::FutureRevision,
+        ),
+        (
+            "compacted read",
+            txn_req(vec![], vec![op_put("x", ""), at(4)], vec![]),
+            Error::Compacted,
+        ),
+        (
+            "read-only, future read",
+            txn_req(vec![], vec![at(11)], vec![]),
+            Error::FutureRevision,
+        ),
+        (
+            "nested compacted read",
+            txn_req(vec![], vec![op_txn(txn_req(vec![], vec![at(2)], vec![]))], vec![]),
+            Error::Compacted,
+        ),
+        (
+            "ignore_value on a missing key",
+            txn_req(vec![], vec![op_put("x", ""), put_ignoring("zz")], vec![]),
+            Error::KeyNotFound,
+        ),
         // etcd checks every put of the txn before any range.
-        ("put checked before range", txn_req(vec![], vec![at(11), put_ignoring("zz")], vec![]), Error::KeyNotFound),
+        (
+            "put checked before range",
+            txn_req(vec![], vec![at(11), put_ignoring("zz")], vec![]),
+            Error::KeyNotFound,
+        ),
         // etcd's duplicate check reads a from-key end literally, so this passes validation; etcd then panics
         // when the put finds its key gone. The store refuses it before changing anything.
         (
@@ -794,7 +1203,14 @@ fn txn_errors_change_nothing() {
         ),
         (
             "ignore_value after a nested from-key delete",
-            txn_req(vec![], vec![op_txn(txn_req(vec![], vec![op_del("\0", "\0")], vec![])), put_ignoring("a")], vec![]),
+            txn_req(
+                vec![],
+                vec![
+                    op_txn(txn_req(vec![], vec![op_del("\0", "\0")], vec![])),
+                    put_ignoring("a"),
+                ],
+                vec![],
+            ),
             Error::KeyNotFound,
         ),
     ];
@@ -810,7 +1226,10 @@ fn txn_errors_change_nothing() {
         assert_eq!(range(&store, range_req("\0", "\0")), before, "{what}: nothing changed");
     }
     // Those that did not need the deleted key run as etcd runs them.
-    let resp = txn(&mut store, txn_req(vec![], vec![op_del("b", "\0"), put_ignoring("a")], vec![]));
+    let resp = txn(
+        &mut store,
+        txn_req(vec![], vec![op_del("b", "\0"), put_ignoring("a")], vec![]),
+    );
     assert_eq!(resp.header, header(11));
     assert_eq!(keys(&range(&store, range_req("\0", "\0")).kvs), ["a", "ab"]);
     assert_eq!(get(&store, "a", 0), Some(kv("a", "4", 2, 11, 3)));
@@ -861,11 +1280,35 @@ fn compaction_removes_superseded_revisions() {
     for (at, left, alive) in cases {
         compact(&mut store, at).expect("compact");
         // Nothing is read from the backend before the commit...
-        assert_eq!(keys(&range(&store, pb::RangeRequest { revision: at, ..range_req("\0", "\0") }).kvs), alive);
+        assert_eq!(
+            keys(
+                &range(
+                    &store,
+                    pb::RangeRequest {
+                        revision: at,
+                        ..range_req("\0", "\0")
+                    }
+                )
+                .kvs
+            ),
+            alive
+        );
         store.commit().expect("commit");
         assert_eq!(stored_revisions(&store), left, "compact at {at}");
         // ... and the reads at the compacted revision still work after it.
-        assert_eq!(keys(&range(&store, pb::RangeRequest { revision: at, ..range_req("\0", "\0") }).kvs), alive);
+        assert_eq!(
+            keys(
+                &range(
+                    &store,
+                    pb::RangeRequest {
+                        revision: at,
+                        ..range_req("\0", "\0")
+                    }
+                )
+                .kvs
+            ),
+            alive
+        );
     }
     assert_eq!(get(&store, "a", 0), Some(kv("a", "3", 2, 4, 3)));
 }
@@ -879,7 +1322,10 @@ fn all_reads(store: &MvccStore) -> Vec<Result<pb::RangeResponse, Error>> {
             range_req("\0", "\0"),
             range_req("a", "b"),
             range_req("b", ""),
-            pb::RangeRequest { limit: 2, ..range_req("\0", "\0") },
+            pb::RangeRequest {
+                limit: 2,
+                ..range_req("\0", "\0")
+            },
             pb::RangeRequest {
                 sort_order: SortOrder::Descend as i32,
                 sort_target: SortTarget::Mod as i32,
@@ -890,16 +1336,24 @@ fn all_reads(store: &MvccStore) -> Vec<Result<pb::RangeResponse, Error>> {
         }
     }
     let lookup = txn_req(vec![], vec![op_range("\0", "\0")], vec![]);
-    out.push(store.txn_read_only(&lookup).map(|resp| match resp.responses[0].response.clone() {
-        Some(Response::ResponseRange(r)) => r,
-        other => panic!("unexpected {other:?}"),
-    }));
+    out.push(
+        store
+            .txn_read_only(&lookup)
+            .map(|resp| match resp.responses[0].response.clone() {
+                Some(Response::ResponseRange(r)) => r,
+                other => panic!("unexpected {other:?}"),
+            }),
+    );
     out
 }
 
 fn assert_same_store(a: &MvccStore, b: &MvccStore, what: &str) {
     assert_eq!(a.current_revision(), b.current_revision(), "{what}: current revision");
-    assert_eq!(a.compacted_revision(), b.compacted_revision(), "{what}: compacted revision");
+    assert_eq!(
+        a.compacted_revision(),
+        b.compacted_revision(),
+        "{what}: compacted revision"
+    );
     let (reads_a, reads_b) = (all_reads(a), all_reads(b));
     for (i, (x, y)) in reads_a.iter().zip(&reads_b).enumerate() {
         assert_eq!(x, y, "{what}: read {i}");
@@ -910,7 +1364,11 @@ fn assert_same_store(a: &MvccStore, b: &MvccStore, what: &str) {
 fn reopened_store_answers_identically() {
     let (backend, mut store) = fixture();
     store.commit().expect("commit");
-    assert_same_store(&store, &MvccStore::open(backend.clone()).expect("reopen"), "after commit");
+    assert_same_store(
+        &store,
+        &MvccStore::open(backend.clone()).expect("reopen"),
+        "after commit",
+    );
     for at in [3, 7, 10] {
         compact(&mut store, at).expect("compact");
         store.commit().expect("commit");
@@ -920,7 +1378,13 @@ fn reopened_store_answers_identically() {
     // The reopened store goes on as the original would.
     let mut reopened = MvccStore::open(backend.clone()).expect("reopen");
     for s in [&mut store, &mut reopened] {
-        let resp = put(s, pb::PutRequest { prev_kv: true, ..put_req("c", "8") });
+        let resp = put(
+            s,
+            pb::PutRequest {
+                prev_kv: true,
+                ..put_req("c", "8")
+            },
+        );
         assert_eq!(resp.prev_kv, Some(kv("c", "7", 4, 9, 2)));
         assert_eq!(put(s, put_req("new", "")).header, header(12));
     }
@@ -947,7 +1411,11 @@ fn reopen_after_compacting_the_newest_tombstones() {
         store.commit().expect("commit");
         assert_eq!(stored_revisions(&store), left, "compact at {at}");
         let mut reopened = MvccStore::open(backend.clone()).expect("reopen");
-        assert_eq!(reopened.current_revision(), 5, "compact at {at}: the revision does not go back");
+        assert_eq!(
+            reopened.current_revision(),
+            5,
+            "compact at {at}: the revision does not go back"
+        );
         assert_eq!(reopened.compacted_revision(), at);
         assert_same_store(&store, &reopened, &format!("compact at {at}"));
         assert_eq!(put(&mut reopened, put_req("a", "")).header, header(6));
@@ -961,7 +1429,11 @@ fn uncommitted_writes_are_readable_and_lost_on_reopen() {
     put(&mut store, put_req("a", "1"));
     store.commit().expect("commit");
     put(&mut store, put_req("a", "2"));
-    assert_eq!(get(&store, "a", 0), Some(kv("a", "2", 2, 3, 2)), "staged writes are visible at once");
+    assert_eq!(
+        get(&store, "a", 0),
+        Some(kv("a", "2", 2, 3, 2)),
+        "staged writes are visible at once"
+    );
     let reopened = MvccStore::open(backend).expect("reopen");
     assert_eq!(reopened.current_revision(), 2);
     assert_eq!(get(&reopened, "a", 0), Some(kv("a", "1", 2, 2, 1)));

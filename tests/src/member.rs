@@ -241,14 +241,14 @@ impl Member {
 
 impl Drop for Member {
     fn drop(&mut self) {
-        if std::thread::panicking() {
-            eprintln!(
-                "---- {:?} member log ({}) ----\n{}",
-                self.kind(),
-                self.endpoint(),
-                tail(&self.log(), 60)
-            );
-        }
+        // The test harness shows captured output only for failing tests, so always leave the log's
+        // end there: a test that returns `Err` fails without panicking.
+        eprintln!(
+            "---- {:?} member log ({}) ----\n{}",
+            self.kind(),
+            self.endpoint(),
+            tail(&self.log(), 60)
+        );
         // Nothing to do about a failure while dropping; the temp dir goes away anyway.
         let _ = self.kill9();
     }

@@ -239,7 +239,7 @@ async fn range_keys_only_count_only_serializable() -> anyhow::Result<()> {
 }
 
 #[tokio::test]
-async fn put_prev_kv_ignore_value_ignore_lease() -> anyhow::Result<()> {
+async fn put_prev_kv_and_ignore_value() -> anyhow::Result<()> {
     let member = Member::start().await?;
     let mut client = member.client().await?;
 
@@ -264,7 +264,13 @@ async fn put_prev_kv_ignore_value_ignore_lease() -> anyhow::Result<()> {
         (kv.value(), kv.version(), kv.mod_revision(), kv.create_revision()),
         (&b"v3"[..], 4, 5, 2)
     );
+    Ok(())
+}
 
+#[tokio::test]
+async fn put_ignore_lease_keeps_the_lease() -> anyhow::Result<()> {
+    let member = Member::start().await?;
+    let mut client = member.client().await?;
     // ignore_lease keeps the lease; a plain put drops it.
     let lease = client.lease_grant(60, None).await?.id();
     client.put("k", "v4", Some(PutOptions::new().with_lease(lease))).await?;

@@ -12,10 +12,6 @@ async fn compares_choose_the_branch() -> anyhow::Result<()> {
     let mut client = member.client().await?;
     // a: create 2, mod 3, version 2, value "2"; b: create 4, mod 4, version 1, value "x".
     put_all(&mut client, &[("a", "1"), ("a", "2"), ("b", "x")]).await?;
-    let lease = client.lease_grant(60, None).await?.id();
-    client
-        .put("l", "leased", Some(PutOptions::new().with_lease(lease)))
-        .await?; // rev 5
 
     use CompareOp::{Equal, Greater, Less, NotEqual};
     let cases: Vec<(Compare, bool)> = vec![
@@ -33,15 +29,11 @@ async fn compares_choose_the_branch() -> anyhow::Result<()> {
         (Compare::value("a", Greater, "1"), true),
         (Compare::value("a", Less, "10"), false),
         (Compare::value("a", NotEqual, "1"), true),
-        (Compare::lease("l", Equal, lease), true),
-        (Compare::lease("a", Equal, 0), true),
-        (Compare::lease("l", Equal, 0), false),
         // A missing key compares as a zero KeyValue ...
         (Compare::mod_revision("missing", Equal, 0), true),
         (Compare::create_revision("missing", Equal, 0), true),
         (Compare::version("missing", Equal, 0), true),
         (Compare::version("missing", Greater, 0), false),
-        (Compare::lease("missing", Equal, 0), true),
         // ... except that a VALUE compare on it always fails, even `!=`.
         (Compare::value("missing", Equal, ""), false),
         (Compare::value("missing", NotEqual, "x"), false),
@@ -269,5 +261,32 @@ async fn txn_op_headers_follow_the_writes() -> anyhow::Result<()> {
         })
         .collect();
     assert_eq!(revisions, [2, 2, 3, 3]);
+    Ok(())
+}
+
+#[tokio::test]
+async fn compare_on_lease() -> anyhow::Result<()> {
+    let member = Member::start().await?;
+    let mut client = member.client().await?;
+    let lease = client.lease_grant(60, None).await?.id();
+    client
+        .put("l", "leased", Some(PutOptions::new().with_lease(lease)))
+        .await?;
+    client.put("a", "plain", None).await?;
+
+    let cases = [
+        (Compare::lease("l", CompareOp::Equal, lease), true),
+        (Compare::lease("l", CompareOp::Equal, 0), false),
+        (Compare::lease("l", CompareOp::Greater, 0), true),
+        (Compare::lease("a", CompareOp::Equal, 0), true),
+        (Compare::lease("missing", CompareOp::Equal, 0), true),
+    ];
+    for (compare, want) in cases {
+        assert_eq!(
+            client.txn(Txn::new().when([compare.clone()])).await?.succeeded(),
+            want,
+            "{compare:?}"
+        );
+    }
     Ok(())
 }

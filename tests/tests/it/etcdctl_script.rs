@@ -76,6 +76,7 @@ const SCRIPT: &[Step] = &[
     ctl(&["compaction", "1000"]),
     ctl(&["get", "", "--from-key"]),
     ctl(&["member", "list"]),
+    ctl(&["member", "list", "-w", "json"]),
     ctl(&["endpoint", "health"]),
 ];
 
