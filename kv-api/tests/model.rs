@@ -123,7 +123,7 @@ impl Model {
         };
         match order {
             SortOrder::Ascend => kvs.sort_by_key(field),
-            SortOrder::Descend => kvs.sort_by(|a, b| field(b).cmp(&field(a))),
+            SortOrder::Descend => kvs.sort_by_key(|kv| std::cmp::Reverse(field(kv))),
             SortOrder::None => {}
         }
         let mut more = false;

@@ -8,6 +8,7 @@ use std::time::Duration;
 use anyhow::Context;
 use kv_api::service::cluster::ClusterService;
 use kv_api::service::kv::KvService;
+use kv_api::service::limit::MessageLimit;
 use kv_api::service::maintenance::MaintenanceService;
 use kv_api::service::ApiConfig;
 use kv_api::validate::Limits;
@@ -26,8 +27,9 @@ use crate::peer_service::PeerService;
 use crate::storage;
 use crate::typ::{MemberNode, NodeId, Raft};
 
-/// gRPC allows this much beyond `--max-request-bytes` for framing, as etcd does, so that an oversized
-/// request reaches our own check and gets etcd's "request is too large".
+/// gRPC accepts messages this much beyond `--max-request-bytes`, as etcd does, so that a request slightly
+/// over the limit reaches our own check and gets etcd's "request is too large"; beyond that the
+/// [`MessageLimit`] wrapper refuses it as grpc-go does (tonic's own limit is lifted: the layer replaces it).
 const GRPC_OVERHEAD_BYTES: usize = 512 * 1024;
 
 /// Runs a member until `shutdown` resolves.
@@ -111,14 +113,14 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> anyhow::
     };
     let max_message = config.max_request_bytes + GRPC_OVERHEAD_BYTES;
     let kv = pb::kv_server::KvServer::new(KvService::new(consensus.clone(), store.clone(), api.clone()))
-        .max_decoding_message_size(max_message)
+        .max_decoding_message_size(usize::MAX)
         .max_encoding_message_size(usize::MAX);
     let maintenance =
         pb::maintenance_server::MaintenanceServer::new(MaintenanceService::new(consensus.clone(), store.clone(), api))
-            .max_decoding_message_size(max_message)
+            .max_decoding_message_size(usize::MAX)
             .max_encoding_message_size(usize::MAX);
-    let cluster = pb::cluster_server::ClusterServer::new(ClusterService::new(consensus.clone(), store.clone()))
-        .max_decoding_message_size(max_message);
+    let cluster = pb::cluster_server::ClusterServer::new(ClusterService::new(consensus.clone()))
+        .max_decoding_message_size(usize::MAX);
     let (_health_reporter, health) = tonic_health::server::health_reporter();
 
     let (stop_tx, stop_rx) = watch::channel(false);
@@ -130,9 +132,9 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> anyhow::
         info!(%addr, "serving client requests");
         let router = tonic::transport::Server::builder()
             .tcp_nodelay(true)
-            .add_service(kv.clone())
-            .add_service(maintenance.clone())
-            .add_service(cluster.clone())
+            .add_service(MessageLimit::new(kv.clone(), max_message))
+            .add_service(MessageLimit::new(maintenance.clone(), max_message))
+            .add_service(MessageLimit::new(cluster.clone(), max_message))
             .add_service(health.clone());
         servers.spawn(serve(router, listener, stop_rx.clone()));
     }

@@ -5,17 +5,15 @@ use std::sync::Arc;
 use proto::etcdserverpb as pb;
 use tonic::{Request, Response, Status};
 
-use super::fill_header;
-use crate::consensus::{Consensus, SharedStore};
+use crate::consensus::Consensus;
 
 pub struct ClusterService<C> {
     consensus: Arc<C>,
-    store: SharedStore,
 }
 
 impl<C: Consensus> ClusterService<C> {
-    pub fn new(consensus: Arc<C>, store: SharedStore) -> Self {
-        Self { consensus, store }
+    pub fn new(consensus: Arc<C>) -> Self {
+        Self { consensus }
     }
 }
 
@@ -50,8 +48,8 @@ impl<C: Consensus> pb::cluster_server::Cluster for ClusterService<C> {
         &self,
         _request: Request<pb::MemberListRequest>,
     ) -> Result<Response<pb::MemberListResponse>, Status> {
-        let mut header = None;
-        fill_header(&*self.consensus, &self.store, &mut header);
+        // etcd's Cluster service headers carry no revision.
+        let header = Some(self.consensus.header());
         Ok(Response::new(pb::MemberListResponse {
             header,
             members: self.consensus.members(),

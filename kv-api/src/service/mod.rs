@@ -3,6 +3,7 @@
 
 pub mod cluster;
 pub mod kv;
+pub mod limit;
 pub mod maintenance;
 
 use proto::etcdserverpb as pb;
