@@ -21,6 +21,7 @@ use crate::revision::Revision;
 use crate::txn;
 
 const META_COMPACT_REV: &[u8] = b"compact_rev";
+const NEVER_COMPACTED: i64 = -1;
 const ENTRY_PUT: u8 = 0;
 const ENTRY_TOMBSTONE: u8 = 1;
 
@@ -72,7 +73,8 @@ pub struct MvccStore {
     index: TreeIndex,
     /// Revision of the newest change (1 on an empty store).
     current: i64,
-    /// Revisions below this are gone; reads at it still work.
+    /// Revisions below this are gone; reads at it still work. -1 until the first compaction, as in etcd
+    /// (so `Compact(0)` succeeds once and a txn range at revision -1 is not "compacted").
     compacted: i64,
     batch: WriteBatch,
     /// Values staged in `batch`, readable before the commit.
@@ -95,7 +97,7 @@ impl MvccStore {
             backend,
             index: TreeIndex::default(),
             current: 1,
-            compacted: 0,
+            compacted: NEVER_COMPACTED,
             batch: WriteBatch::default(),
             staged: HashMap::new(),
         };
@@ -109,7 +111,7 @@ impl MvccStore {
         self.batch = WriteBatch::default();
         self.compacted = match self.backend.get(Bucket::Meta, META_COMPACT_REV)? {
             Some(bytes) => decode_i64(&bytes)?,
-            None => 0,
+            None => NEVER_COMPACTED,
         };
         let mut newest = 1;
         let mut failure = None;

@@ -66,7 +66,8 @@ impl Model {
         Self {
             states: vec![State::new(), State::new()],
             changes: vec![0, 0],
-            compacted: 0,
+            // As etcd: -1 until the first compaction.
+            compacted: -1,
         }
     }
 
@@ -163,8 +164,9 @@ impl Model {
     /// Main revisions of the entries the key bucket must hold: the value of each key alive at the compacted
     /// revision, and every change after it.
     fn stored_revisions(&self) -> Vec<i64> {
-        let mut revs: Vec<i64> = self.state(self.compacted).values().map(|kv| kv.mod_revision).collect();
-        for rev in self.compacted + 1..=self.current() {
+        let floor = self.compacted.max(0);
+        let mut revs: Vec<i64> = self.state(floor).values().map(|kv| kv.mod_revision).collect();
+        for rev in floor + 1..=self.current() {
             revs.extend(std::iter::repeat_n(rev, self.changes[rev as usize]));
         }
         revs.sort_unstable();
