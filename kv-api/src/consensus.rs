@@ -40,4 +40,26 @@ pub trait Consensus: Send + Sync + 'static {
 
     /// The cluster's members, with their published URLs.
     fn members(&self) -> Vec<pb::Member>;
+
+    /// Whether this member currently knows a leader (for requests carrying etcd's `hasleader` metadata).
+    fn has_leader(&self) -> bool;
+
+    /// Adds a member (a voter, or a learner); answers with the new member and the resulting list.
+    fn member_add(
+        &self,
+        peer_urls: Vec<String>,
+        is_learner: bool,
+    ) -> impl Future<Output = Result<(pb::Member, Vec<pb::Member>)>> + Send;
+
+    /// Removes a member; answers with the remaining members.
+    fn member_remove(&self, id: u64) -> impl Future<Output = Result<Vec<pb::Member>>> + Send;
+
+    /// Changes a member's peer URLs; answers with the resulting members.
+    fn member_update(&self, id: u64, peer_urls: Vec<String>) -> impl Future<Output = Result<Vec<pb::Member>>> + Send;
+
+    /// Makes a caught-up learner a voter; answers with the resulting members.
+    fn member_promote(&self, id: u64) -> impl Future<Output = Result<Vec<pb::Member>>> + Send;
+
+    /// Hands leadership to `target` (this member must be the leader).
+    fn move_leader(&self, target: u64) -> impl Future<Output = Result<()>> + Send;
 }

@@ -38,6 +38,24 @@ pub enum Error {
     Timeout,
     #[error("etcdserver: leader changed")]
     LeaderChanged,
+    #[error("etcdserver: not leader")]
+    NotLeader,
+    #[error("etcdserver: rpc not supported for learner")]
+    NotSupportedForLearner,
+    #[error("etcdserver: bad leader transferee")]
+    BadLeaderTransferee,
+    #[error("etcdserver: member ID already exist")]
+    MemberExists,
+    #[error("etcdserver: Peer URLs already exists")]
+    PeerUrlExists,
+    #[error("etcdserver: given member URLs are invalid")]
+    MemberBadUrls,
+    #[error("etcdserver: member not found")]
+    MemberNotFound,
+    #[error("etcdserver: can only promote a learner member")]
+    MemberNotLearner,
+    #[error("etcdserver: can only promote a learner member which is in sync with leader")]
+    LearnerNotReady,
     /// The store or the consensus layer failed in a way no request caused (disk error, broken invariant).
     #[error("etcdserver: {0}")]
     Internal(String),
@@ -53,12 +71,22 @@ impl Error {
             | Error::LeaseProvided
             | Error::TooManyOps
             | Error::DuplicateKey
-            | Error::RequestTooLarge => Code::InvalidArgument,
+            | Error::RequestTooLarge
+            | Error::MemberBadUrls => Code::InvalidArgument,
             Error::Compacted | Error::FutureRevision => Code::OutOfRange,
-            Error::LeaseNotFound => Code::NotFound,
-            Error::NoLeader | Error::NotCapable | Error::Stopped | Error::Timeout | Error::LeaderChanged => {
-                Code::Unavailable
-            }
+            Error::LeaseNotFound | Error::MemberNotFound => Code::NotFound,
+            Error::NotLeader
+            | Error::BadLeaderTransferee
+            | Error::MemberExists
+            | Error::PeerUrlExists
+            | Error::MemberNotLearner
+            | Error::LearnerNotReady => Code::FailedPrecondition,
+            Error::NoLeader
+            | Error::NotCapable
+            | Error::Stopped
+            | Error::Timeout
+            | Error::LeaderChanged
+            | Error::NotSupportedForLearner => Code::Unavailable,
             Error::Internal(_) => Code::Unknown,
         }
     }
@@ -115,6 +143,17 @@ mod tests {
                 "etcdserver: requested lease not found",
             ),
             (Error::NoLeader, Code::Unavailable, "etcdserver: no leader"),
+            (Error::MemberNotFound, Code::NotFound, "etcdserver: member not found"),
+            (
+                Error::PeerUrlExists,
+                Code::FailedPrecondition,
+                "etcdserver: Peer URLs already exists",
+            ),
+            (
+                Error::MemberNotLearner,
+                Code::FailedPrecondition,
+                "etcdserver: can only promote a learner member",
+            ),
         ];
         for (err, code, text) in cases {
             let status = Status::from(err);

@@ -213,6 +213,7 @@ mod tests {
                 ("AppendEntries", false, false),
                 ("Vote", false, false),
                 ("InstallSnapshot", true, false),
+                ("Forward", false, false),
             ],
         ),
     ];

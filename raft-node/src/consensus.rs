@@ -1,14 +1,17 @@
-//! [`kv_api::Consensus`] on openraft: proposals through `client_write`, linearizable reads through read
-//! index (`ensure_linearizable`).
+//! [`kv_api::Consensus`] on openraft. Every member serves every request: what needs the leader runs
+//! locally when this member leads, and is forwarded to the leader otherwise; a forwarded write or read
+//! index is answered once this member has applied up to it, so a later local read sees it.
 
 use std::time::Duration;
 
 use kv_api::{Command, CommandResponse, Error, RaftStatus};
-use openraft::error::{CheckIsLeaderError, ClientWriteError, ForwardToLeader, RaftError};
 use openraft::ServerState;
 use proto::etcdserverpb as pb;
+use tokio::time::Instant;
 
-use crate::typ::{MemberNode, NodeId, Raft};
+use crate::forward::Forwarder;
+use crate::leader::{members, Leader, LeaderReply, LeaderRequest};
+use crate::typ::{NodeId, Raft};
 
 /// How long a request waits for Raft before failing with etcd's "request timed out" (etcd: 5 s plus two
 /// election timeouts).
@@ -16,83 +19,144 @@ pub fn request_timeout(election_timeout: Duration) -> Duration {
     Duration::from_secs(5) + 2 * election_timeout
 }
 
+/// Pause before asking again after the leader moved.
+const RETRY_PAUSE: Duration = Duration::from_millis(20);
+
 pub struct RaftConsensus {
-    raft: Raft,
-    member_id: NodeId,
-    cluster_id: u64,
+    leader: Leader,
+    forwarder: Forwarder,
     timeout: Duration,
 }
 
 impl RaftConsensus {
-    pub fn new(raft: Raft, member_id: NodeId, cluster_id: u64, timeout: Duration) -> Self {
+    pub fn new(leader: Leader, timeout: Duration) -> Self {
+        let forwarder = leader.forwarder.clone();
         Self {
-            raft,
-            member_id,
-            cluster_id,
+            leader,
+            forwarder,
             timeout,
         }
     }
 
-    pub fn raft(&self) -> &Raft {
-        &self.raft
+    fn raft(&self) -> &Raft {
+        &self.leader.raft
+    }
+
+    fn member_id(&self) -> NodeId {
+        self.leader.member_id
+    }
+
+    /// The current leader, waiting for one until `deadline`.
+    async fn wait_for_leader(&self, deadline: Instant) -> Result<NodeId, Error> {
+        let mut metrics = self.raft().metrics();
+        let known = tokio::time::timeout_at(deadline, metrics.wait_for(|m| m.current_leader.is_some())).await;
+        match known {
+            Ok(Ok(m)) => m.current_leader.ok_or(Error::NoLeader),
+            Ok(Err(_)) => Err(Error::Stopped),
+            Err(_) => Err(Error::NoLeader),
+        }
+    }
+
+    /// Runs `req` on the leader, wherever it is, retrying while leadership moves and nothing was started.
+    async fn on_leader(&self, req: LeaderRequest) -> Result<LeaderReply, Error> {
+        let deadline = Instant::now() + self.timeout;
+        loop {
+            let leader = self.wait_for_leader(deadline).await?;
+            let result = if leader == self.member_id() {
+                self.leader.handle(req.clone()).await
+            } else {
+                let node = self
+                    .raft()
+                    .metrics()
+                    .borrow()
+                    .membership_config
+                    .membership()
+                    .get_node(&leader)
+                    .cloned();
+                match node {
+                    Some(node) => {
+                        let left = deadline.saturating_duration_since(Instant::now());
+                        self.forwarder.send(&node, &req, left).await
+                    }
+                    None => Err(Error::NotLeader),
+                }
+            };
+            match result {
+                Err(Error::NotLeader) if Instant::now() + RETRY_PAUSE < deadline => {
+                    tokio::time::sleep(RETRY_PAUSE).await;
+                }
+                Err(Error::NotLeader) => return Err(Error::Timeout),
+                other => return other,
+            }
+        }
+    }
+
+    /// Waits until this member has applied the log up to `index`.
+    async fn wait_applied(&self, index: u64) -> Result<(), Error> {
+        self.raft()
+            .wait(Some(self.timeout))
+            .applied_index_at_least(Some(index), "forwarded request")
+            .await
+            .map(|_| ())
+            .map_err(|e| match e {
+                openraft::metrics::WaitError::Timeout(..) => Error::Timeout,
+                openraft::metrics::WaitError::ShuttingDown => Error::Stopped,
+            })
+    }
+
+    /// Runs a membership change on the leader and waits for it here.
+    async fn change_members(&self, req: LeaderRequest) -> Result<(Option<pb::Member>, Vec<pb::Member>), Error> {
+        match self.on_leader(req).await? {
+            LeaderReply::Members { index, added, members } => {
+                self.wait_applied(index).await?;
+                Ok((added, members))
+            }
+            other => Err(unexpected(&other)),
+        }
     }
 }
 
-fn forward_error(forward: &ForwardToLeader<NodeId, MemberNode>) -> Error {
-    match forward.leader_id {
-        None => Error::NoLeader,
-        // Forwarding to the leader arrives with multi-member clusters; until then this member can't serve.
-        Some(_) => Error::NotCapable,
+impl RaftConsensus {
+    /// Publishes this member's attributes through the leader.
+    pub async fn publish(&self, req: LeaderRequest) -> Result<(), Error> {
+        self.change_members(req).await.map(|_| ())
     }
 }
 
-fn write_error(err: RaftError<NodeId, ClientWriteError<NodeId, MemberNode>>) -> Error {
-    match err {
-        RaftError::APIError(ClientWriteError::ForwardToLeader(forward)) => forward_error(&forward),
-        RaftError::APIError(ClientWriteError::ChangeMembershipError(e)) => Error::Internal(e.to_string()),
-        RaftError::Fatal(_) => Error::Stopped,
-    }
-}
-
-fn read_error(err: RaftError<NodeId, CheckIsLeaderError<NodeId, MemberNode>>) -> Error {
-    match err {
-        RaftError::APIError(CheckIsLeaderError::ForwardToLeader(forward)) => forward_error(&forward),
-        RaftError::APIError(CheckIsLeaderError::QuorumNotEnough(_)) => Error::Timeout,
-        RaftError::Fatal(_) => Error::Stopped,
-    }
+fn unexpected(reply: &LeaderReply) -> Error {
+    Error::Internal(format!("the leader answered with an unexpected reply: {reply:?}"))
 }
 
 impl kv_api::Consensus for RaftConsensus {
     async fn propose(&self, cmd: Command) -> kv_api::Result<CommandResponse> {
-        let written = tokio::time::timeout(self.timeout, self.raft.client_write(cmd))
-            .await
-            .map_err(|_| Error::Timeout)?
-            .map_err(write_error)?;
-        written
-            .data
-            .unwrap_or_else(|| Err(Error::Internal("a command was applied without a response".into())))
+        match self.on_leader(LeaderRequest::Write(cmd)).await? {
+            LeaderReply::Written { index, applied } => {
+                self.wait_applied(index).await?;
+                applied.unwrap_or_else(|| Err(Error::Internal("a command was applied without a response".into())))
+            }
+            other => Err(unexpected(&other)),
+        }
     }
 
     async fn read_barrier(&self) -> kv_api::Result<()> {
-        tokio::time::timeout(self.timeout, self.raft.ensure_linearizable())
-            .await
-            .map_err(|_| Error::Timeout)?
-            .map_err(read_error)?;
-        Ok(())
+        match self.on_leader(LeaderRequest::ReadIndex).await? {
+            LeaderReply::ReadIndex(index) => self.wait_applied(index).await,
+            other => Err(unexpected(&other)),
+        }
     }
 
     fn header(&self) -> pb::ResponseHeader {
-        let term = self.raft.metrics().borrow().current_term;
+        let term = self.raft().metrics().borrow().current_term;
         pb::ResponseHeader {
-            cluster_id: self.cluster_id,
-            member_id: self.member_id,
+            cluster_id: self.leader.cluster_id,
+            member_id: self.member_id(),
             revision: 0,
             raft_term: term,
         }
     }
 
     fn raft_status(&self) -> RaftStatus {
-        let metrics = self.raft.metrics().borrow().clone();
+        let metrics = self.raft().metrics().borrow().clone();
         RaftStatus {
             leader: metrics.current_leader.unwrap_or(0),
             raft_index: metrics.last_log_index.unwrap_or(0),
@@ -103,18 +167,48 @@ impl kv_api::Consensus for RaftConsensus {
     }
 
     fn members(&self) -> Vec<pb::Member> {
-        let metrics = self.raft.metrics().borrow().clone();
-        let membership = metrics.membership_config.membership();
-        let voters: std::collections::BTreeSet<NodeId> = membership.voter_ids().collect();
-        membership
-            .nodes()
-            .map(|(id, node)| pb::Member {
-                id: *id,
-                name: node.name.clone(),
-                peer_ur_ls: node.peer_urls.clone(),
-                client_ur_ls: node.client_urls.clone(),
-                is_learner: !voters.contains(id),
-            })
-            .collect()
+        members(self.raft())
+    }
+
+    fn has_leader(&self) -> bool {
+        self.raft().metrics().borrow().current_leader.is_some()
+    }
+
+    async fn member_add(
+        &self,
+        peer_urls: Vec<String>,
+        is_learner: bool,
+    ) -> kv_api::Result<(pb::Member, Vec<pb::Member>)> {
+        let (added, members) = self
+            .change_members(LeaderRequest::MemberAdd { peer_urls, is_learner })
+            .await?;
+        let added = added.ok_or_else(|| Error::Internal("the added member is missing from the membership".into()))?;
+        Ok((added, members))
+    }
+
+    async fn member_remove(&self, id: u64) -> kv_api::Result<Vec<pb::Member>> {
+        Ok(self.change_members(LeaderRequest::MemberRemove { id }).await?.1)
+    }
+
+    async fn member_update(&self, id: u64, peer_urls: Vec<String>) -> kv_api::Result<Vec<pb::Member>> {
+        Ok(self
+            .change_members(LeaderRequest::MemberUpdate { id, peer_urls })
+            .await?
+            .1)
+    }
+
+    async fn member_promote(&self, id: u64) -> kv_api::Result<Vec<pb::Member>> {
+        Ok(self.change_members(LeaderRequest::MemberPromote { id }).await?.1)
+    }
+
+    async fn move_leader(&self, target: u64) -> kv_api::Result<()> {
+        // As etcd, only the leader takes this request (etcdctl finds it first).
+        if self.raft().metrics().borrow().current_leader != Some(self.member_id()) {
+            return Err(Error::NotLeader);
+        }
+        match self.leader.handle(LeaderRequest::MoveLeader { target }).await? {
+            LeaderReply::Done => Ok(()),
+            other => Err(unexpected(&other)),
+        }
     }
 }

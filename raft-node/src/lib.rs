@@ -9,12 +9,16 @@
 //! - [`storage`]: the sled log store, the sled [`kv_api::Backend`] and the state machine (with snapshots).
 //! - [`network`]: outbound Raft RPC to peers (tonic, `raftpb`).
 //! - [`peer_service`]: inbound Raft RPC from peers.
-//! - [`consensus`]: [`kv_api::Consensus`] on openraft (proposals, read index).
+//! - [`leader`]: what only the leader does (writes, read index, membership, leadership transfer).
+//! - [`forward`]: sending those requests to the leader from any member.
+//! - [`consensus`]: [`kv_api::Consensus`] on openraft: local on the leader, forwarded elsewhere.
 //! - [`server`]: starting a member and serving the etcd gRPC services.
 
 pub mod config;
 pub mod consensus;
+pub mod forward;
 pub mod identity;
+pub mod leader;
 pub mod member_id;
 pub mod network;
 pub mod peer_service;

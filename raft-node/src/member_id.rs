@@ -6,10 +6,19 @@
 
 /// The id of a member with these peer URLs in the cluster named by `token`.
 pub fn member_id(peer_urls: &[String], token: &str) -> u64 {
+    member_id_at(peer_urls, token, None)
+}
+
+/// The id of a member added at `unix_secs` (etcd mixes the time into the id of members added at run time,
+/// so a member re-added with the same URLs gets a new id); `None` for members of the initial cluster.
+pub fn member_id_at(peer_urls: &[String], token: &str, unix_secs: Option<u64>) -> u64 {
     let mut urls = peer_urls.to_vec();
     urls.sort();
     let mut bytes = urls.concat().into_bytes();
     bytes.extend_from_slice(token.as_bytes());
+    if let Some(secs) = unix_secs {
+        bytes.extend_from_slice(secs.to_string().as_bytes());
+    }
     first_u64(&bytes)
 }
 

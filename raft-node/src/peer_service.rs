@@ -1,20 +1,22 @@
-//! Inbound Raft RPC: the `raftpb.RaftPeer` service, handing decoded openraft messages to the local Raft.
+//! Inbound Raft RPC: the `raftpb.RaftPeer` service, handing decoded openraft messages to the local Raft and
+//! forwarded requests to the [`Leader`].
 
 use proto::raftpb;
 use serde::de::DeserializeOwned;
 use serde::Serialize;
 use tonic::{Request, Response, Status, Streaming};
 
+use crate::leader::{Leader, LeaderRequest};
 use crate::storage::{decode, encode};
-use crate::typ::{Raft, SnapshotMeta, Vote};
+use crate::typ::{SnapshotMeta, Vote};
 
 pub struct PeerService {
-    raft: Raft,
+    leader: Leader,
 }
 
 impl PeerService {
-    pub fn new(raft: Raft) -> Self {
-        Self { raft }
+    pub fn new(leader: Leader) -> Self {
+        Self { leader }
     }
 }
 
@@ -22,7 +24,7 @@ fn decoded<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, Status> {
     decode(bytes).map_err(|e| Status::invalid_argument(format!("undecodable Raft message: {e}")))
 }
 
-/// Encodes the local Raft's whole result, errors included, for the peer to decode.
+/// Encodes a whole result, errors included, for the peer to decode.
 fn reply<T: Serialize>(result: &T) -> Result<Response<raftpb::RaftMessage>, Status> {
     let payload = encode(result).map_err(|e| Status::internal(format!("encoding a Raft reply: {e}")))?;
     Ok(Response::new(raftpb::RaftMessage { payload }))
@@ -35,12 +37,12 @@ impl raftpb::raft_peer_server::RaftPeer for PeerService {
         request: Request<raftpb::RaftMessage>,
     ) -> Result<Response<raftpb::RaftMessage>, Status> {
         let rpc = decoded(&request.into_inner().payload)?;
-        reply(&self.raft.append_entries(rpc).await)
+        reply(&self.leader.raft.append_entries(rpc).await)
     }
 
     async fn vote(&self, request: Request<raftpb::RaftMessage>) -> Result<Response<raftpb::RaftMessage>, Status> {
         let rpc = decoded(&request.into_inner().payload)?;
-        reply(&self.raft.vote(rpc).await)
+        reply(&self.leader.raft.vote(rpc).await)
     }
 
     async fn install_snapshot(
@@ -58,7 +60,7 @@ impl raftpb::raft_peer_server::RaftPeer for PeerService {
                 data: chunk.data,
                 done: chunk.done,
             };
-            let result = self.raft.install_snapshot(rpc).await;
+            let result = self.leader.raft.install_snapshot(rpc).await;
             let failed = result.is_err();
             last = Some(result);
             if failed {
@@ -69,5 +71,10 @@ impl raftpb::raft_peer_server::RaftPeer for PeerService {
             Some(result) => reply(&result),
             None => Err(Status::invalid_argument("an empty snapshot stream")),
         }
+    }
+
+    async fn forward(&self, request: Request<raftpb::RaftMessage>) -> Result<Response<raftpb::RaftMessage>, Status> {
+        let req: LeaderRequest = decoded(&request.into_inner().payload)?;
+        reply(&self.leader.handle(req).await)
     }
 }

@@ -1,26 +1,30 @@
-//! Starting a member: storage, Raft, bootstrap, and the client-facing gRPC services.
+//! Starting a member: storage, identity, Raft, bootstrap or join, and the client and peer gRPC services.
 
 use std::collections::BTreeMap;
 use std::future::Future;
+use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
-use anyhow::Context;
+use anyhow::{bail, Context};
 use kv_api::service::cluster::ClusterService;
 use kv_api::service::kv::KvService;
 use kv_api::service::limit::MessageLimit;
 use kv_api::service::maintenance::MaintenanceService;
 use kv_api::service::ApiConfig;
 use kv_api::validate::Limits;
+use kv_api::Consensus;
 use proto::etcdserverpb as pb;
 use proto::raftpb;
 use tokio::sync::watch;
 use tokio_stream::wrappers::TcpListenerStream;
-use tracing::info;
+use tracing::{info, warn};
 
 use crate::config::{socket_addr, Config};
 use crate::consensus::{request_timeout, RaftConsensus};
+use crate::forward::Forwarder;
 use crate::identity::Identity;
+use crate::leader::{Leader, LeaderReply, LeaderRequest};
 use crate::member_id::{cluster_id, member_id};
 use crate::network::PeerNetwork;
 use crate::peer_service::PeerService;
@@ -29,35 +33,36 @@ use crate::typ::{MemberNode, NodeId, Raft};
 
 /// gRPC accepts messages this much beyond `--max-request-bytes`, as etcd does, so that a request slightly
 /// over the limit reaches our own check and gets etcd's "request is too large"; beyond that the
-/// [`MessageLimit`] wrapper refuses it as grpc-go does (tonic's own limit is lifted: the layer replaces it).
+/// [`MessageLimit`] wrapper refuses it as grpc-go does (tonic's own limit is lifted: the wrapper replaces it).
 const GRPC_OVERHEAD_BYTES: usize = 512 * 1024;
+
+/// etcd's gRPC metadata asking that the request fail at once when the member has no leader.
+const REQUIRE_LEADER_KEY: &str = "hasleader";
 
 /// Runs a member until `shutdown` resolves.
 pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> anyhow::Result<()> {
     let initial_cluster = config.initial_cluster()?;
-    let client_addrs = config
-        .listen_client_urls
-        .iter()
-        .map(|u| socket_addr(u))
-        .collect::<Result<Vec<_>, _>>()?;
-    let peer_addrs = config
-        .listen_peer_urls
-        .iter()
-        .map(|u| socket_addr(u))
-        .collect::<Result<Vec<_>, _>>()?;
+    let client_addrs = addrs(&config.listen_client_urls)?;
+    let peer_addrs = addrs(&config.listen_peer_urls)?;
+    let own_peer_ip = config
+        .initial_advertise_peer_urls
+        .first()
+        .and_then(|u| socket_addr(u).ok())
+        .map(|a| a.ip());
+    let forwarder = Forwarder::new(own_peer_ip);
 
     let member_dir = config.data_dir().join("member");
     std::fs::create_dir_all(&member_dir).with_context(|| format!("creating {}", member_dir.display()))?;
-    let (log_store, state_machine, store) = storage::open(&member_dir.join("db")).context("opening storage")?;
-
     let bootstrap = bootstrap_members(&config, &initial_cluster);
     let identity = match Identity::load(&member_dir)? {
         Some(identity) => identity,
         None => {
-            let own = member_id(&config.initial_advertise_peer_urls, &config.initial_cluster_token);
-            let identity = Identity {
-                member_id: own,
-                cluster_id: cluster_id(bootstrap.keys().copied()),
+            let identity = match config.initial_cluster_state.as_str() {
+                "new" => Identity {
+                    member_id: member_id(&config.initial_advertise_peer_urls, &config.initial_cluster_token),
+                    cluster_id: cluster_id(bootstrap.keys().copied()),
+                },
+                _ => join_identity(&config, &bootstrap, &forwarder).await?,
             };
             identity.save(&member_dir)?;
             identity
@@ -68,21 +73,23 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> anyhow::
         cluster_id = format!("{:x}", identity.cluster_id),
         "starting member"
     );
+    let (log_store, state_machine, store) = storage::open(&member_dir.join("db")).context("opening storage")?;
 
     let election = Duration::from_millis(config.election_timeout);
     let raft_config = openraft::Config {
         cluster_name: config.initial_cluster_token.clone(),
         heartbeat_interval: config.heartbeat_interval,
-        election_timeout_min: config.election_timeout,
-        election_timeout_max: config.election_timeout * 2,
+        // openraft's leader lease is the maximum election timeout, and a follower campaigns only after the
+        // lease plus a random timeout in [min, max): half an election timeout to one gives a new leader
+        // 1.5 to 2 election timeouts after the old one's last heartbeat, close to etcd's 1 to 2.
+        election_timeout_min: config.election_timeout / 2,
+        election_timeout_max: config.election_timeout,
         snapshot_policy: openraft::SnapshotPolicy::LogsSinceLast(config.snapshot_count),
         ..Default::default()
     }
     .validate()
     .context("invalid Raft timing (heartbeat interval must be below the election timeout)")?;
-    let network = PeerNetwork {
-        local_ip: peer_addrs.first().map(|a| a.ip()),
-    };
+    let network = PeerNetwork { local_ip: own_peer_ip };
     let raft = Raft::new(
         identity.member_id,
         Arc::new(raft_config),
@@ -94,16 +101,23 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> anyhow::
     .context("starting Raft")?;
 
     if !raft.is_initialized().await? && config.initial_cluster_state == "new" {
+        // Every member of a new cluster proposes the same initial membership; openraft accepts the identical
+        // proposal from each, so whoever starts first bootstraps it.
         info!(members = bootstrap.len(), "bootstrapping a new cluster");
-        raft.initialize(bootstrap).await.context("bootstrapping the cluster")?;
+        if let Err(err) = raft.initialize(bootstrap).await {
+            warn!(%err, "the cluster was already bootstrapped by another member");
+        }
     }
 
-    let consensus = Arc::new(RaftConsensus::new(
-        raft.clone(),
-        identity.member_id,
-        identity.cluster_id,
-        request_timeout(election),
-    ));
+    let leader = Leader {
+        raft: raft.clone(),
+        member_id: identity.member_id,
+        cluster_id: identity.cluster_id,
+        token: config.initial_cluster_token.clone(),
+        election_timeout: election,
+        forwarder,
+    };
+    let consensus = Arc::new(RaftConsensus::new(leader.clone(), request_timeout(election)));
     let api = ApiConfig {
         limits: Limits {
             max_txn_ops: config.max_txn_ops,
@@ -112,6 +126,16 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> anyhow::
         version: config.emulated_version.clone(),
     };
     let max_message = config.max_request_bytes + GRPC_OVERHEAD_BYTES;
+    let require_leader = {
+        let consensus = consensus.clone();
+        move |request: tonic::Request<()>| {
+            let wants_leader = request.metadata().get(REQUIRE_LEADER_KEY).is_some_and(|v| v == "true");
+            if wants_leader && !consensus.has_leader() {
+                return Err(kv_api::Error::NoLeader.into());
+            }
+            Ok(request)
+        }
+    };
     let kv = pb::kv_server::KvServer::new(KvService::new(consensus.clone(), store.clone(), api.clone()))
         .max_decoding_message_size(usize::MAX)
         .max_encoding_message_size(usize::MAX);
@@ -132,14 +156,19 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> anyhow::
         info!(%addr, "serving client requests");
         let router = tonic::transport::Server::builder()
             .tcp_nodelay(true)
+            .layer(tonic::service::InterceptorLayer::new(require_leader.clone()))
             .add_service(MessageLimit::new(kv.clone(), max_message))
             .add_service(MessageLimit::new(maintenance.clone(), max_message))
             .add_service(MessageLimit::new(cluster.clone(), max_message))
             .add_service(health.clone());
-        servers.spawn(serve(router, listener, stop_rx.clone()));
+        let stop = stopped(stop_rx.clone());
+        servers.spawn(async move {
+            router
+                .serve_with_incoming_shutdown(TcpListenerStream::new(listener), stop)
+                .await
+        });
     }
-
-    let peer = raftpb::raft_peer_server::RaftPeerServer::new(PeerService::new(raft.clone()))
+    let peer = raftpb::raft_peer_server::RaftPeerServer::new(PeerService::new(leader))
         .max_decoding_message_size(usize::MAX)
         .max_encoding_message_size(usize::MAX);
     for addr in peer_addrs {
@@ -150,52 +179,129 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> anyhow::
         let router = tonic::transport::Server::builder()
             .tcp_nodelay(true)
             .add_service(peer.clone());
-        servers.spawn(serve(router, listener, stop_rx.clone()));
+        let stop = stopped(stop_rx.clone());
+        servers.spawn(async move {
+            router
+                .serve_with_incoming_shutdown(TcpListenerStream::new(listener), stop)
+                .await
+        });
     }
+    let publish = tokio::spawn(publish(
+        consensus.clone(),
+        raft.clone(),
+        identity.member_id,
+        config.clone(),
+    ));
 
     tokio::select! {
         () = shutdown => info!("shutting down"),
         Some(result) = servers.join_next() => {
-            result.context("client server task")?.context("client server")?;
+            result.context("server task")?.context("server")?;
         }
     }
+    publish.abort();
     let _ = stop_tx.send(true);
     while servers.join_next().await.is_some() {}
     raft.shutdown().await.context("stopping Raft")?;
     Ok(())
 }
 
-/// Serves `router` on `listener` until `stop` turns true.
-async fn serve(
-    router: tonic::transport::server::Router,
-    listener: tokio::net::TcpListener,
-    mut stop: watch::Receiver<bool>,
-) -> Result<(), tonic::transport::Error> {
-    let stopped = async move {
-        let _ = stop.wait_for(|s| *s).await;
-    };
-    router
-        .serve_with_incoming_shutdown(TcpListenerStream::new(listener), stopped)
-        .await
+fn addrs(urls: &[String]) -> anyhow::Result<Vec<SocketAddr>> {
+    Ok(urls.iter().map(|u| socket_addr(u)).collect::<Result<Vec<_>, _>>()?)
 }
 
-/// The voters a new cluster starts with, from `--initial-cluster`; this member also publishes its client
-/// URLs.
+/// Resolves once `stop` turns true.
+async fn stopped(mut stop: watch::Receiver<bool>) {
+    let _ = stop.wait_for(|s| *s).await;
+}
+
+/// The voters a new cluster starts with, from `--initial-cluster`. Every member must propose exactly the
+/// same membership, so client URLs are left out here: each member publishes its own once running.
 fn bootstrap_members(config: &Config, initial_cluster: &BTreeMap<String, Vec<String>>) -> BTreeMap<NodeId, MemberNode> {
     initial_cluster
         .iter()
         .map(|(name, peer_urls)| {
-            let client_urls = if *name == config.name {
-                config.advertise_client_urls.clone()
-            } else {
-                Vec::new()
-            };
             let node = MemberNode {
                 name: name.clone(),
                 peer_urls: peer_urls.clone(),
-                client_urls,
+                client_urls: Vec::new(),
             };
             (member_id(peer_urls, &config.initial_cluster_token), node)
         })
         .collect()
+}
+
+/// A member joining a running cluster (`--initial-cluster-state existing`, after `member add`) learns its id
+/// and the cluster's from the other members listed in `--initial-cluster`.
+async fn join_identity(
+    config: &Config,
+    bootstrap: &BTreeMap<NodeId, MemberNode>,
+    forwarder: &Forwarder,
+) -> anyhow::Result<Identity> {
+    let mut own_urls = config.initial_advertise_peer_urls.clone();
+    own_urls.sort();
+    let peers: Vec<&MemberNode> = bootstrap.values().filter(|node| node.name != config.name).collect();
+    if peers.is_empty() {
+        bail!("--initial-cluster-state existing needs the other members in --initial-cluster");
+    }
+    for attempt in 0..30 {
+        for peer in &peers {
+            match forwarder
+                .send(peer, &LeaderRequest::ClusterInfo, Duration::from_secs(2))
+                .await
+            {
+                Ok(LeaderReply::ClusterInfo { cluster_id, members }) => {
+                    let own = members.iter().find(|m| {
+                        let mut urls = m.peer_ur_ls.clone();
+                        urls.sort();
+                        urls == own_urls
+                    });
+                    match own {
+                        Some(member) => {
+                            return Ok(Identity {
+                                member_id: member.id,
+                                cluster_id,
+                            })
+                        }
+                        None => bail!(
+                            "this member ({}) is not in the cluster: add it first with `etcdctl member add`",
+                            own_urls.join(",")
+                        ),
+                    }
+                }
+                Ok(other) => warn!(?other, "unexpected answer to a cluster info request"),
+                Err(err) => warn!(peer = %peer, %err, attempt, "cannot reach a member of the cluster yet"),
+            }
+        }
+        tokio::time::sleep(Duration::from_secs(1)).await;
+    }
+    bail!("could not reach any member of the existing cluster listed in --initial-cluster")
+}
+
+/// Once the cluster has a leader, makes sure the membership carries this member's name and client URLs
+/// (a member added at run time is unnamed until it starts, as in etcd).
+async fn publish(consensus: Arc<RaftConsensus>, raft: Raft, id: NodeId, config: Config) {
+    loop {
+        let current = raft
+            .metrics()
+            .borrow()
+            .membership_config
+            .membership()
+            .get_node(&id)
+            .cloned();
+        let published =
+            current.is_some_and(|node| node.name == config.name && node.client_urls == config.advertise_client_urls);
+        if published {
+            return;
+        }
+        let request = LeaderRequest::Publish {
+            id,
+            name: config.name.clone(),
+            client_urls: config.advertise_client_urls.clone(),
+        };
+        if let Err(err) = consensus.publish(request).await {
+            warn!(%err, "publishing this member's attributes failed; retrying");
+        }
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
 }

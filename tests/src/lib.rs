@@ -10,19 +10,31 @@
 //! - [`server`]: which binary to run (`KV_TEST_SERVER`, `RAFT_NODE_BIN`, `ETCD_BIN`).
 //! - [`member`]: one member process with its temp data dir, free ports, log file, readiness wait,
 //!   `kill9`/`restart`, killed on `Drop`.
+//! - [`cluster`]: a multi-member cluster (`n1`, `n2`, ...) bootstrapped on free ports with a unique
+//!   token; leader and convergence waits; `member add` as an operator does it.
+//! - [`cluster_member`]: one member of a cluster: `kill9`/`restart` with the same flags,
+//!   `pause`/`resume` (SIGSTOP/SIGCONT), Status.
+//! - `process`: free ports, log files and signals, shared by both kinds of member.
 //! - [`etcdctl`]: runs `/usr/bin/etcdctl` against a member and captures its output.
 //! - [`diff`]: a line diff for failure messages.
 //! - [`grpc`]: pulls the gRPC code and message out of an `etcd_client::Error`.
 //! - [`normalize`]: masks member-specific values (IDs, ports, terms, timings) so that the outputs of
 //!   two different servers can be compared line by line.
+//! - [`table`]: parses etcdctl's `-w table` output and checks its layout.
 
+pub mod cluster;
+pub mod cluster_member;
 pub mod diff;
 pub mod etcdctl;
 pub mod grpc;
 pub mod member;
 pub mod normalize;
+mod process;
 pub mod server;
+pub mod table;
 
+pub use cluster::{Cluster, ClusterConfig, Timing};
+pub use cluster_member::{ClusterMember, MemberStatus};
 pub use etcdctl::CtlOutput;
 pub use grpc::{assert_grpc_error, grpc_error};
 pub use member::{Member, MemberConfig};

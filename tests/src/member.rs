@@ -1,8 +1,6 @@
 //! One member process (real etcd or `raft-node`) on free ports with a temporary data dir.
 
-use std::fs::{File, OpenOptions};
-use std::net::TcpListener;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
@@ -11,6 +9,7 @@ use etcd_client::{Client, ConnectOptions};
 use tempfile::TempDir;
 
 use crate::etcdctl::{self, CtlOutput};
+use crate::process::{free_port, open_append, tail};
 use crate::server::ServerKind;
 
 /// How long a member may take to start serving requests.
@@ -252,24 +251,4 @@ impl Drop for Member {
         // Nothing to do about a failure while dropping; the temp dir goes away anyway.
         let _ = self.kill9();
     }
-}
-
-/// A port that was free a moment ago. Binding port 0 lets the kernel choose, so parallel tests
-/// (separate processes under nextest) rarely collide; [`Member::start_with`] retries when they do.
-fn free_port() -> anyhow::Result<u16> {
-    let listener = TcpListener::bind("127.0.0.1:0")?;
-    Ok(listener.local_addr()?.port())
-}
-
-fn open_append(path: &Path) -> anyhow::Result<File> {
-    OpenOptions::new()
-        .create(true)
-        .append(true)
-        .open(path)
-        .with_context(|| format!("open {}", path.display()))
-}
-
-fn tail(text: &str, lines: usize) -> String {
-    let all: Vec<&str> = text.lines().collect();
-    all[all.len().saturating_sub(lines)..].join("\n")
 }

@@ -1,4 +1,4 @@
-//! `etcdserverpb.Cluster`: member listing; membership changes arrive with the cluster issue.
+//! `etcdserverpb.Cluster`: membership, through consensus (the leader changes it for every member).
 
 use std::sync::Arc;
 
@@ -17,49 +17,69 @@ impl<C: Consensus> ClusterService<C> {
     }
 }
 
-fn not_yet(what: &str) -> Status {
-    Status::unimplemented(format!("{what} is not implemented yet"))
+impl<C: Consensus> ClusterService<C> {
+    /// etcd's Cluster service headers carry no revision.
+    fn header(&self) -> Option<pb::ResponseHeader> {
+        Some(self.consensus.header())
+    }
 }
 
 #[tonic::async_trait]
 impl<C: Consensus> pb::cluster_server::Cluster for ClusterService<C> {
     async fn member_add(
         &self,
-        _request: Request<pb::MemberAddRequest>,
+        request: Request<pb::MemberAddRequest>,
     ) -> Result<Response<pb::MemberAddResponse>, Status> {
-        Err(not_yet("MemberAdd"))
+        let req = request.into_inner();
+        let (member, members) = self.consensus.member_add(req.peer_ur_ls, req.is_learner).await?;
+        Ok(Response::new(pb::MemberAddResponse {
+            header: self.header(),
+            member: Some(member),
+            members,
+        }))
     }
 
     async fn member_remove(
         &self,
-        _request: Request<pb::MemberRemoveRequest>,
+        request: Request<pb::MemberRemoveRequest>,
     ) -> Result<Response<pb::MemberRemoveResponse>, Status> {
-        Err(not_yet("MemberRemove"))
+        let members = self.consensus.member_remove(request.into_inner().id).await?;
+        Ok(Response::new(pb::MemberRemoveResponse {
+            header: self.header(),
+            members,
+        }))
     }
 
     async fn member_update(
         &self,
-        _request: Request<pb::MemberUpdateRequest>,
+        request: Request<pb::MemberUpdateRequest>,
     ) -> Result<Response<pb::MemberUpdateResponse>, Status> {
-        Err(not_yet("MemberUpdate"))
+        let req = request.into_inner();
+        let members = self.consensus.member_update(req.id, req.peer_ur_ls).await?;
+        Ok(Response::new(pb::MemberUpdateResponse {
+            header: self.header(),
+            members,
+        }))
     }
 
     async fn member_list(
         &self,
         _request: Request<pb::MemberListRequest>,
     ) -> Result<Response<pb::MemberListResponse>, Status> {
-        // etcd's Cluster service headers carry no revision.
-        let header = Some(self.consensus.header());
         Ok(Response::new(pb::MemberListResponse {
-            header,
+            header: self.header(),
             members: self.consensus.members(),
         }))
     }
 
     async fn member_promote(
         &self,
-        _request: Request<pb::MemberPromoteRequest>,
+        request: Request<pb::MemberPromoteRequest>,
     ) -> Result<Response<pb::MemberPromoteResponse>, Status> {
-        Err(not_yet("MemberPromote"))
+        let members = self.consensus.member_promote(request.into_inner().id).await?;
+        Ok(Response::new(pb::MemberPromoteResponse {
+            header: self.header(),
+            members,
+        }))
     }
 }

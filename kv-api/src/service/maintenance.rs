@@ -97,9 +97,10 @@ impl<C: Consensus> pb::maintenance_server::Maintenance for MaintenanceService<C>
 
     async fn move_leader(
         &self,
-        _request: Request<pb::MoveLeaderRequest>,
+        request: Request<pb::MoveLeaderRequest>,
     ) -> Result<Response<pb::MoveLeaderResponse>, Status> {
-        Err(not_yet("MoveLeader"))
+        self.consensus.move_leader(request.into_inner().target_id).await?;
+        Ok(Response::new(pb::MoveLeaderResponse { header: self.header() }))
     }
 
     async fn downgrade(

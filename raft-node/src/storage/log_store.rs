@@ -237,7 +237,7 @@ mod tests {
             log.purge(blank(1, 3).log_id).await.expect("purge");
             log.truncate(blank(1, 9).log_id).await.expect("truncate");
         }
-        let (mut log, _sm, _store) = open(dir.path()).expect("reopen");
+        let (mut log, _sm, _store) = crate::storage::reopen(dir.path());
         let state = log.get_log_state().await.expect("state");
         assert_eq!(state.last_purged_log_id, Some(blank(1, 3).log_id));
         assert_eq!(state.last_log_id, Some(blank(1, 8).log_id));

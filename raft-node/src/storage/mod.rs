@@ -63,6 +63,23 @@ pub fn open(dir: &Path) -> Result<(LogStore, StateMachine, SharedStore), Storage
     Ok((log_store, state_machine, store))
 }
 
+/// Reopens a database dropped a moment ago in this process: sled releases its file lock only once its
+/// background flusher lets go of the old handle, so the first attempts may find it still locked.
+#[cfg(test)]
+pub(crate) fn reopen(dir: &Path) -> (LogStore, StateMachine, SharedStore) {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    loop {
+        match open(dir) {
+            Ok(opened) => return opened,
+            Err(err) if std::time::Instant::now() < deadline => {
+                tracing::debug!(%err, "database still locked; retrying");
+                std::thread::sleep(std::time::Duration::from_millis(20));
+            }
+            Err(err) => panic!("reopening {}: {err}", dir.display()),
+        }
+    }
+}
+
 /// The one binary encoding of everything this module stores: bincode 2, standard configuration.
 fn bincode_config() -> bincode::config::Configuration {
     bincode::config::standard()

@@ -78,8 +78,9 @@ impl Backend for SledBackend {
     }
 
     fn size_bytes(&self) -> u64 {
-        // The files of the whole database (log included), as etcd reports its one bbolt file.
-        self.db.size_on_disk().unwrap_or(0)
+        // The files of the whole database (log included), as etcd reports its one bbolt file. sled may
+        // report 0 before its first flush; never report an empty database (etcdctl divides by the size).
+        self.db.size_on_disk().unwrap_or(0).max(1)
     }
 }
 

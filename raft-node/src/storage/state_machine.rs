@@ -333,7 +333,7 @@ mod tests {
         assert_eq!(applied.1.log_id(), &Some(log_id(1, 1)));
         assert_eq!(kvs.len(), 2);
 
-        let (_log, mut sm, store) = open(dir.path()).expect("reopen");
+        let (_log, mut sm, store) = crate::storage::reopen(dir.path());
         assert_eq!(sm.applied_state().await.expect("applied"), applied);
         assert_eq!(store.read().current_revision(), 3);
         assert_eq!(all_kvs(&store), kvs);
@@ -386,7 +386,7 @@ mod tests {
         }
 
         // The installed state and the current snapshot survive a restart.
-        let (_log, mut follower, follower_store) = open(follower_dir.path()).expect("reopen");
+        let (_log, mut follower, follower_store) = crate::storage::reopen(follower_dir.path());
         assert_eq!(all_kvs(&follower_store), all_kvs(&leader_store));
         assert_eq!(follower.applied_state().await.expect("applied").0, Some(log_id(2, 6)));
         let current = follower

@@ -6,6 +6,13 @@
 mod client_error;
 mod client_kv;
 mod client_txn;
+mod cluster_failover;
+mod cluster_follower_catchup;
+mod cluster_followers_serve;
+mod cluster_isolation;
+mod cluster_membership;
+mod cluster_no_disruption;
+mod cluster_writer;
 mod crash;
 mod etcdctl_kv;
 mod etcdctl_script;

@@ -1,0 +1,88 @@
+//! Sending [`LeaderRequest`]s to another member over the peer network, with one cached connection per peer
+//! URL, bound to this member's own peer IP.
+
+use std::collections::HashMap;
+use std::net::IpAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use kv_api::Error;
+use parking_lot::Mutex;
+use proto::raftpb;
+use proto::raftpb::raft_peer_client::RaftPeerClient;
+use tonic::transport::{Channel, Endpoint};
+use tracing::debug;
+
+use crate::leader::{LeaderReply, LeaderRequest};
+use crate::storage::{decode, encode};
+use crate::typ::MemberNode;
+
+/// Connections to peers for forwarded requests.
+#[derive(Clone, Default)]
+pub struct Forwarder {
+    local_ip: Option<IpAddr>,
+    clients: Arc<Mutex<HashMap<String, RaftPeerClient<Channel>>>>,
+}
+
+impl Forwarder {
+    pub fn new(local_ip: Option<IpAddr>) -> Self {
+        Self {
+            local_ip,
+            clients: Default::default(),
+        }
+    }
+
+    fn client(&self, node: &MemberNode) -> Result<RaftPeerClient<Channel>, Error> {
+        let url = node.peer_urls.first().ok_or(Error::NotLeader)?;
+        let mut clients = self.clients.lock();
+        if let Some(client) = clients.get(url) {
+            return Ok(client.clone());
+        }
+        let endpoint = Endpoint::from_shared(url.clone()).map_err(|_| Error::MemberBadUrls)?;
+        let channel = endpoint.tcp_nodelay(true).local_address(self.local_ip).connect_lazy();
+        let client = RaftPeerClient::new(channel).max_decoding_message_size(usize::MAX);
+        clients.insert(url.clone(), client.clone());
+        Ok(client)
+    }
+
+    /// Sends `req` to `node` and waits up to `timeout` for its answer.
+    ///
+    /// [`Error::NotLeader`] means the request was not started anywhere and may be sent again (to the new
+    /// leader). A request that may have reached the peer is never reported that way unless it is harmless to
+    /// repeat: a write that got lost in transit answers "request timed out", as etcd's does.
+    pub async fn send(&self, node: &MemberNode, req: &LeaderRequest, timeout: Duration) -> Result<LeaderReply, Error> {
+        let payload = encode(req).map_err(|e| Error::Internal(format!("encoding a forwarded request: {e}")))?;
+        let mut request = tonic::Request::new(raftpb::RaftMessage { payload });
+        request.set_timeout(timeout);
+        let reply = match self.client(node)?.forward(request).await {
+            Ok(reply) => reply.into_inner(),
+            Err(status) => {
+                debug!(peer = %node, %status, "forwarding failed");
+                return Err(if req.is_repeatable() || never_sent(&status) {
+                    Error::NotLeader
+                } else {
+                    Error::Timeout
+                });
+            }
+        };
+        decode::<Result<LeaderReply, Error>>(&reply.payload)
+            .map_err(|e| Error::Internal(format!("decoding a forwarded reply: {e}")))?
+    }
+}
+
+/// Whether the request certainly never left this member: the connection to the peer could not be made.
+fn never_sent(status: &tonic::Status) -> bool {
+    let mut source: Option<&(dyn std::error::Error + 'static)> = Some(status);
+    while let Some(err) = source {
+        if let Some(io) = err.downcast_ref::<std::io::Error>() {
+            if io.kind() == std::io::ErrorKind::ConnectionRefused {
+                return true;
+            }
+        }
+        if err.to_string() == "tcp connect error" {
+            return true;
+        }
+        source = err.source();
+    }
+    false
+}

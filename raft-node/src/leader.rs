@@ -1,0 +1,331 @@
+//! What only the leader can do, asked by any member: writes, read index, membership changes, leadership
+//! transfer. A member that is not the leader sends these over the peer network (`raftpb.RaftPeer/Forward`);
+//! the leader runs them here.
+//!
+//! A request answered with [`Error::NotLeader`] was not started, so the sender may try the new leader. Any
+//! other failure after a write was submitted is final: a write is never proposed twice (etcd's clients never
+//! retry mutations either).
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use kv_api::{Command, Error};
+use openraft::error::{ClientWriteError, RaftError};
+use openraft::{ChangeMembers, Membership};
+use proto::etcdserverpb as pb;
+use serde::{Deserialize, Serialize};
+
+use crate::config::socket_addr;
+use crate::forward::Forwarder;
+use crate::member_id::member_id_at;
+use crate::typ::{Applied, MemberNode, NodeId, Raft};
+
+/// A request for the leader (or, for [`LeaderRequest::ClusterInfo`], for any member).
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub enum LeaderRequest {
+    Write(Command),
+    ReadIndex,
+    MemberAdd {
+        peer_urls: Vec<String>,
+        is_learner: bool,
+    },
+    MemberRemove {
+        id: NodeId,
+    },
+    MemberUpdate {
+        id: NodeId,
+        peer_urls: Vec<String>,
+    },
+    MemberPromote {
+        id: NodeId,
+    },
+    /// A member announces its name and client URLs (as etcd members publish their attributes).
+    Publish {
+        id: NodeId,
+        name: String,
+        client_urls: Vec<String>,
+    },
+    MoveLeader {
+        target: NodeId,
+    },
+    /// Sent by the leader to a transferee: campaign now.
+    Campaign,
+    /// The cluster id and members, for a member joining with `--initial-cluster-state existing`.
+    ClusterInfo,
+}
+
+impl LeaderRequest {
+    /// Whether sending the request twice does no harm (so a lost request may be sent again).
+    pub fn is_repeatable(&self) -> bool {
+        matches!(
+            self,
+            LeaderRequest::ReadIndex | LeaderRequest::ClusterInfo | LeaderRequest::Publish { .. }
+        )
+    }
+}
+
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub enum LeaderReply {
+    /// The write is committed at `index`; `applied` is what apply produced.
+    Written {
+        index: u64,
+        applied: Applied,
+    },
+    /// Apply everything up to `index`, then a local read is linearizable.
+    ReadIndex(u64),
+    /// A membership change committed at `index`, with the member it added.
+    Members {
+        index: u64,
+        added: Option<pb::Member>,
+        members: Vec<pb::Member>,
+    },
+    ClusterInfo {
+        cluster_id: u64,
+        members: Vec<pb::Member>,
+    },
+    Done,
+}
+
+/// What a leader needs to serve [`LeaderRequest`]s.
+#[derive(Clone)]
+pub struct Leader {
+    pub raft: Raft,
+    pub member_id: NodeId,
+    pub cluster_id: u64,
+    pub token: String,
+    pub election_timeout: Duration,
+    pub forwarder: Forwarder,
+}
+
+/// etcd promotes a learner only once it has at least this share of the leader's log.
+const LEARNER_READY_SHARE: f64 = 0.9;
+
+impl Leader {
+    /// Serves a request on this member, which must be the leader (except for `ClusterInfo` and `Campaign`).
+    pub async fn handle(&self, req: LeaderRequest) -> Result<LeaderReply, Error> {
+        match req {
+            LeaderRequest::ClusterInfo => {
+                return Ok(LeaderReply::ClusterInfo {
+                    cluster_id: self.cluster_id,
+                    members: members(&self.raft),
+                })
+            }
+            LeaderRequest::Campaign => {
+                self.raft.trigger().elect().await.map_err(|_| Error::Stopped)?;
+                return Ok(LeaderReply::Done);
+            }
+            _ => {}
+        }
+        if self.raft.metrics().borrow().current_leader != Some(self.member_id) {
+            return Err(Error::NotLeader);
+        }
+        match req {
+            LeaderRequest::Write(cmd) => {
+                let written = self.raft.client_write(cmd).await.map_err(submitted_error)?;
+                Ok(LeaderReply::Written {
+                    index: written.log_id.index,
+                    applied: written.data,
+                })
+            }
+            LeaderRequest::ReadIndex => {
+                let (read_log_id, _applied) = self.raft.get_read_log_id().await.map_err(|e| match e {
+                    RaftError::APIError(openraft::error::CheckIsLeaderError::ForwardToLeader(_)) => Error::NotLeader,
+                    RaftError::APIError(openraft::error::CheckIsLeaderError::QuorumNotEnough(_)) => Error::Timeout,
+                    RaftError::Fatal(_) => Error::Stopped,
+                })?;
+                Ok(LeaderReply::ReadIndex(read_log_id.map_or(0, |id| id.index)))
+            }
+            LeaderRequest::MemberAdd { peer_urls, is_learner } => self.member_add(peer_urls, is_learner).await,
+            LeaderRequest::MemberRemove { id } => {
+                let membership = self.membership();
+                if membership.get_node(&id).is_none() {
+                    return Err(Error::MemberNotFound);
+                }
+                let change = if membership.voter_ids().any(|v| v == id) {
+                    ChangeMembers::RemoveVoters(BTreeSet::from([id]))
+                } else {
+                    ChangeMembers::RemoveNodes(BTreeSet::from([id]))
+                };
+                self.change(change, None).await
+            }
+            LeaderRequest::MemberUpdate { id, peer_urls } => {
+                let membership = self.membership();
+                let mut node = membership.get_node(&id).cloned().ok_or(Error::MemberNotFound)?;
+                check_peer_urls(&membership, &peer_urls, Some(id))?;
+                node.peer_urls = peer_urls;
+                self.change(ChangeMembers::SetNodes(BTreeMap::from([(id, node)])), None)
+                    .await
+            }
+            LeaderRequest::MemberPromote { id } => {
+                let membership = self.membership();
+                if membership.get_node(&id).is_none() {
+                    return Err(Error::MemberNotFound);
+                }
+                if membership.voter_ids().any(|v| v == id) {
+                    return Err(Error::MemberNotLearner);
+                }
+                if !self.caught_up(id, LEARNER_READY_SHARE) {
+                    return Err(Error::LearnerNotReady);
+                }
+                self.change(ChangeMembers::AddVoterIds(BTreeSet::from([id])), None)
+                    .await
+            }
+            LeaderRequest::Publish { id, name, client_urls } => {
+                let mut node = self.membership().get_node(&id).cloned().ok_or(Error::MemberNotFound)?;
+                if node.name == name && node.client_urls == client_urls {
+                    return Ok(LeaderReply::Done);
+                }
+                node.name = name;
+                node.client_urls = client_urls;
+                self.change(ChangeMembers::SetNodes(BTreeMap::from([(id, node)])), None)
+                    .await
+            }
+            LeaderRequest::MoveLeader { target } => self.move_leader(target).await,
+            LeaderRequest::ClusterInfo | LeaderRequest::Campaign => unreachable!("answered above"),
+        }
+    }
+
+    fn membership(&self) -> Membership<NodeId, MemberNode> {
+        self.raft.metrics().borrow().membership_config.membership().clone()
+    }
+
+    /// Whether `id`'s replicated log reaches `share` of the leader's.
+    fn caught_up(&self, id: NodeId, share: f64) -> bool {
+        let metrics = self.raft.metrics().borrow().clone();
+        let last = metrics.last_log_index.unwrap_or(0);
+        let matched = metrics
+            .replication
+            .as_ref()
+            .and_then(|r| r.get(&id).copied().flatten())
+            .map_or(0, |log_id| log_id.index);
+        matched as f64 >= last as f64 * share
+    }
+
+    async fn member_add(&self, peer_urls: Vec<String>, is_learner: bool) -> Result<LeaderReply, Error> {
+        let membership = self.membership();
+        if peer_urls.is_empty() || peer_urls.iter().any(|u| socket_addr(u).is_err()) {
+            return Err(Error::MemberBadUrls);
+        }
+        check_peer_urls(&membership, &peer_urls, None)?;
+        // As etcd: the time keeps a re-added member (same URLs) from reusing a removed member's id.
+        let now = SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_secs());
+        let id = member_id_at(&peer_urls, &self.token, Some(now));
+        if membership.get_node(&id).is_some() {
+            return Err(Error::MemberExists);
+        }
+        let node = MemberNode {
+            name: String::new(),
+            peer_urls,
+            client_urls: Vec::new(),
+        };
+        let change = if is_learner {
+            ChangeMembers::AddNodes(BTreeMap::from([(id, node)]))
+        } else {
+            ChangeMembers::AddVoters(BTreeMap::from([(id, node)]))
+        };
+        self.change(change, Some(id)).await
+    }
+
+    async fn change(
+        &self,
+        change: ChangeMembers<NodeId, MemberNode>,
+        added: Option<NodeId>,
+    ) -> Result<LeaderReply, Error> {
+        let written = self
+            .raft
+            .change_membership(change, false)
+            .await
+            .map_err(submitted_error)?;
+        let members = match &written.membership {
+            Some(membership) => list_members(membership),
+            None => members(&self.raft),
+        };
+        let added = added.and_then(|id| members.iter().find(|m| m.id == id).cloned());
+        Ok(LeaderReply::Members {
+            index: written.log_id.index,
+            added,
+            members,
+        })
+    }
+
+    /// Leadership transfer: stop heartbeats so the followers' leader lease runs out, then ask the caught-up
+    /// target to campaign; it wins before the other followers' election timers fire.
+    async fn move_leader(&self, target: NodeId) -> Result<LeaderReply, Error> {
+        if target == self.member_id {
+            return Ok(LeaderReply::Done);
+        }
+        let membership = self.membership();
+        if !membership.voter_ids().any(|v| v == target) || !self.caught_up(target, 1.0) {
+            return Err(Error::BadLeaderTransferee);
+        }
+        let node = membership
+            .get_node(&target)
+            .cloned()
+            .ok_or(Error::BadLeaderTransferee)?;
+        self.raft.runtime_config().heartbeat(false);
+        let outcome = async {
+            // openraft's leader lease is the maximum election timeout (--election-timeout here).
+            tokio::time::sleep(self.election_timeout + Duration::from_millis(50)).await;
+            self.forwarder
+                .send(&node, &LeaderRequest::Campaign, self.election_timeout * 2)
+                .await?;
+            let mut metrics = self.raft.metrics();
+            let moved = metrics.wait_for(|m| m.current_leader == Some(target) || m.current_leader.is_none());
+            tokio::time::timeout(self.election_timeout * 4, moved)
+                .await
+                .map_err(|_| Error::Timeout)?
+                .map_err(|_| Error::Stopped)?;
+            Ok::<_, Error>(())
+        }
+        .await;
+        self.raft.runtime_config().heartbeat(true);
+        outcome.map(|()| LeaderReply::Done)
+    }
+}
+
+/// A write or membership change that failed after it reached Raft.
+fn submitted_error(err: RaftError<NodeId, ClientWriteError<NodeId, MemberNode>>) -> Error {
+    match err {
+        RaftError::APIError(ClientWriteError::ForwardToLeader(forward)) if forward.leader_id.is_none() => {
+            Error::NoLeader
+        }
+        RaftError::APIError(ClientWriteError::ForwardToLeader(_)) => Error::LeaderChanged,
+        RaftError::APIError(ClientWriteError::ChangeMembershipError(e)) => Error::Internal(e.to_string()),
+        RaftError::Fatal(_) => Error::Stopped,
+    }
+}
+
+/// Refuses peer URLs another member (other than `except`) already has.
+fn check_peer_urls(
+    membership: &Membership<NodeId, MemberNode>,
+    peer_urls: &[String],
+    except: Option<NodeId>,
+) -> Result<(), Error> {
+    let taken = membership
+        .nodes()
+        .filter(|(id, _)| Some(**id) != except)
+        .any(|(_, node)| node.peer_urls.iter().any(|u| peer_urls.contains(u)));
+    if taken {
+        return Err(Error::PeerUrlExists);
+    }
+    Ok(())
+}
+
+/// The members as etcd lists them.
+pub fn members(raft: &Raft) -> Vec<pb::Member> {
+    list_members(raft.metrics().borrow().membership_config.membership())
+}
+
+fn list_members(membership: &Membership<NodeId, MemberNode>) -> Vec<pb::Member> {
+    let voters: BTreeSet<NodeId> = membership.voter_ids().collect();
+    membership
+        .nodes()
+        .map(|(id, node)| pb::Member {
+            id: *id,
+            name: node.name.clone(),
+            peer_ur_ls: node.peer_urls.clone(),
+            client_ur_ls: node.client_urls.clone(),
+            is_learner: !voters.contains(id),
+        })
+        .collect()
+}

@@ -1,0 +1,307 @@
+//! One member of a [`crate::Cluster`]: a process with its own data dir, ports and log, which a test
+//! can kill, restart, pause and resume.
+
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, Context};
+use etcd_client::{Client, ConnectOptions, GetOptions, KeyValue};
+use tempfile::TempDir;
+
+use crate::etcdctl::{self, CtlOutput};
+use crate::process::{open_append, send_signal, tail};
+use crate::server::ServerKind;
+
+/// How long a (re)started member may take to answer Status.
+pub const SERVE_TIMEOUT: Duration = Duration::from_secs(20);
+/// The request timeout of [`ClusterMember::client`]; longer than etcd's own request timeout
+/// (5 s + 2 election timeouts), so that the server's error arrives rather than the client's.
+pub const CLIENT_TIMEOUT: Duration = Duration::from_secs(10);
+/// The timeout of one Status probe: a paused or overloaded member must not stall a poll loop.
+const STATUS_TIMEOUT: Duration = Duration::from_secs(2);
+
+/// What Maintenance.Status says about one member.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct MemberStatus {
+    pub member_id: u64,
+    /// The leader this member knows of; 0 when it knows none.
+    pub leader: u64,
+    pub raft_term: u64,
+    pub raft_index: u64,
+    pub raft_applied_index: u64,
+    pub is_learner: bool,
+    pub revision: i64,
+}
+
+impl MemberStatus {
+    pub fn is_leader(&self) -> bool {
+        self.leader == self.member_id
+    }
+}
+
+/// A member process. It is killed (SIGKILL, which also ends a stopped process) when dropped.
+pub struct ClusterMember {
+    kind: ServerKind,
+    binary: PathBuf,
+    name: String,
+    /// Holds `data/` (the data dir) and `member.log` (stdout and stderr of every run).
+    dir: TempDir,
+    client_port: u16,
+    peer_port: u16,
+    /// The flags of the first start, passed unchanged on every restart: a restarted member must
+    /// ignore the bootstrap flags (`--initial-cluster*`) and recover from its data dir.
+    args: Vec<String>,
+    /// Behind a lock only so that [`ClusterMember::is_running`] (`try_wait`) can take `&self`.
+    child: Mutex<Option<Child>>,
+    paused: bool,
+}
+
+impl ClusterMember {
+    /// Starts the process with its identity flags (name, data dir, URLs) followed by `cluster_args`.
+    /// Does not wait for it to serve.
+    pub(crate) fn spawn(
+        kind: ServerKind,
+        name: &str,
+        client_port: u16,
+        peer_port: u16,
+        cluster_args: &[String],
+    ) -> anyhow::Result<ClusterMember> {
+        let dir = tempfile::Builder::new()
+            .prefix(&format!("kv-cluster-{name}-"))
+            .tempdir()?;
+        let mut member = ClusterMember {
+            kind,
+            binary: kind.binary()?,
+            name: name.to_owned(),
+            dir,
+            client_port,
+            peer_port,
+            args: Vec::new(),
+            child: Mutex::new(None),
+            paused: false,
+        };
+        let (client, peer) = (member.client_url(), member.peer_url());
+        member.args = vec![
+            format!("--name={name}"),
+            format!("--data-dir={}", member.data_dir().display()),
+            format!("--listen-client-urls={client}"),
+            format!("--advertise-client-urls={client}"),
+            format!("--listen-peer-urls={peer}"),
+            format!("--initial-advertise-peer-urls={peer}"),
+        ];
+        member.args.extend_from_slice(cluster_args);
+        member.start_process()?;
+        Ok(member)
+    }
+
+    pub fn kind(&self) -> ServerKind {
+        self.kind
+    }
+
+    /// `--name` (`n1`, `n2`, ...).
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// `127.0.0.1:<client port>`, as etcdctl's `--endpoints` takes it.
+    pub fn endpoint(&self) -> String {
+        format!("127.0.0.1:{}", self.client_port)
+    }
+
+    /// `http://127.0.0.1:<client port>`.
+    pub fn client_url(&self) -> String {
+        format!("http://127.0.0.1:{}", self.client_port)
+    }
+
+    /// `http://127.0.0.1:<peer port>`.
+    pub fn peer_url(&self) -> String {
+        format!("http://127.0.0.1:{}", self.peer_port)
+    }
+
+    /// The data dir, kept across restarts.
+    pub fn data_dir(&self) -> PathBuf {
+        self.dir.path().join("data")
+    }
+
+    /// The flags the process runs with.
+    pub fn args(&self) -> &[String] {
+        &self.args
+    }
+
+    /// Everything the process (all its runs) wrote to stdout and stderr.
+    pub fn log(&self) -> String {
+        std::fs::read_to_string(self.dir.path().join("member.log")).unwrap_or_else(|err| format!("<no log: {err}>"))
+    }
+
+    pub(crate) fn log_has(&self, needle: &str) -> bool {
+        self.log().to_lowercase().contains(needle)
+    }
+
+    /// Whether the process is alive (it may be paused).
+    pub fn is_running(&self) -> bool {
+        self.child()
+            .as_mut()
+            .is_some_and(|child| matches!(child.try_wait(), Ok(None)))
+    }
+
+    /// Whether the process is alive and not paused, so that it can answer.
+    pub fn is_reachable(&self) -> bool {
+        !self.paused && self.is_running()
+    }
+
+    pub fn is_paused(&self) -> bool {
+        self.paused
+    }
+
+    /// Kills the process with SIGKILL, without any chance to flush, and reaps it.
+    pub fn kill9(&mut self) -> anyhow::Result<()> {
+        if let Some(mut child) = self.child().take() {
+            child.kill().context("kill")?;
+            child.wait().context("wait")?;
+        }
+        self.paused = false;
+        Ok(())
+    }
+
+    /// Kills the process if it runs, starts it again with the same flags on the same data dir and
+    /// waits until it answers Status. It may still be catching up.
+    pub async fn restart(&mut self) -> anyhow::Result<()> {
+        self.kill9()?;
+        self.start_process()?;
+        self.wait_serving().await
+    }
+
+    /// Stops the process with SIGSTOP: it keeps its sockets but neither answers nor ticks.
+    pub fn pause(&mut self) -> anyhow::Result<()> {
+        let pid = self.pid().context("pause: the member is not running")?;
+        send_signal(pid, "STOP")?;
+        self.paused = true;
+        Ok(())
+    }
+
+    /// Continues a paused process with SIGCONT.
+    pub fn resume(&mut self) -> anyhow::Result<()> {
+        let pid = self.pid().context("resume: the member is not running")?;
+        send_signal(pid, "CONT")?;
+        self.paused = false;
+        Ok(())
+    }
+
+    /// A client connected to this member only, with [`CLIENT_TIMEOUT`].
+    pub async fn client(&self) -> anyhow::Result<Client> {
+        self.client_with_timeout(CLIENT_TIMEOUT).await
+    }
+
+    /// A client connected to this member only, with the given request timeout.
+    pub async fn client_with_timeout(&self, timeout: Duration) -> anyhow::Result<Client> {
+        let options = ConnectOptions::new()
+            .with_connect_timeout(Duration::from_secs(2))
+            .with_timeout(timeout);
+        Ok(Client::connect([self.endpoint()], Some(options)).await?)
+    }
+
+    /// Maintenance.Status of this member, failing after a short timeout.
+    pub async fn status(&self) -> anyhow::Result<MemberStatus> {
+        let probe = async {
+            let options = ConnectOptions::new()
+                .with_connect_timeout(STATUS_TIMEOUT)
+                .with_timeout(STATUS_TIMEOUT);
+            let mut client = Client::connect([self.endpoint()], Some(options)).await?;
+            let status = client.status().await?;
+            let header = status.header().context("Status response without a header")?;
+            anyhow::Ok(MemberStatus {
+                member_id: header.member_id(),
+                leader: status.leader(),
+                raft_term: status.raft_term(),
+                raft_index: status.raft_index(),
+                raft_applied_index: status.raft_applied_index(),
+                is_learner: status.is_learner(),
+                revision: header.revision(),
+            })
+        };
+        tokio::time::timeout(STATUS_TIMEOUT * 2, probe)
+            .await
+            .with_context(|| format!("{}: Status timed out", self.name))?
+            .with_context(|| format!("{}: Status", self.name))
+    }
+
+    /// Every key under `prefix`, read with a serializable range from this member's own store.
+    pub async fn serializable_range(&self, prefix: &str) -> anyhow::Result<Vec<KeyValue>> {
+        let mut client = self.client().await?;
+        let options = GetOptions::new().with_prefix().with_serializable();
+        Ok(client.get(prefix, Some(options)).await?.take_kvs())
+    }
+
+    /// Runs `etcdctl --endpoints=<this member> <args>`.
+    pub async fn etcdctl(&self, args: &[&str]) -> anyhow::Result<CtlOutput> {
+        etcdctl::run(&self.endpoint(), args, None).await
+    }
+
+    /// Polls Status until it answers, the process exits, or [`SERVE_TIMEOUT`] passes. Status,
+    /// unlike a linearizable read, is served by learners and by members still catching up.
+    pub async fn wait_serving(&self) -> anyhow::Result<()> {
+        let deadline = Instant::now() + SERVE_TIMEOUT;
+        let mut last_error = String::from("no attempt");
+        while Instant::now() < deadline {
+            if !self.is_running() {
+                bail!(
+                    "{:?} member {} exited before it served; log:\n{}",
+                    self.kind,
+                    self.name,
+                    tail(&self.log(), 60)
+                );
+            }
+            match self.status().await {
+                Ok(_) => return Ok(()),
+                Err(err) => last_error = format!("{err:#}"),
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        bail!(
+            "{:?} member {} does not answer Status after {SERVE_TIMEOUT:?} (last error: {last_error}); log:\n{}",
+            self.kind,
+            self.name,
+            tail(&self.log(), 60)
+        )
+    }
+
+    fn start_process(&mut self) -> anyhow::Result<()> {
+        let log = open_append(&self.dir.path().join("member.log"))?;
+        let child = Command::new(&self.binary)
+            .args(&self.args)
+            .stdin(Stdio::null())
+            .stdout(log.try_clone()?)
+            .stderr(log)
+            .spawn()
+            .with_context(|| format!("spawn {}", self.binary.display()))?;
+        *self.child() = Some(child);
+        self.paused = false;
+        Ok(())
+    }
+
+    fn pid(&self) -> Option<u32> {
+        self.child().as_ref().map(Child::id)
+    }
+
+    fn child(&self) -> std::sync::MutexGuard<'_, Option<Child>> {
+        // A panic while holding this lock cannot leave the `Option` half-written.
+        self.child.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+}
+
+impl Drop for ClusterMember {
+    fn drop(&mut self) {
+        // Shown only for failing tests (see `Member`'s `Drop`).
+        eprintln!(
+            "---- {:?} member {} log ({}) ----\n{}",
+            self.kind,
+            self.name,
+            self.endpoint(),
+            tail(&self.log(), 40)
+        );
+        // Nothing to do about a failure while dropping; the temp dir goes away anyway.
+        let _ = self.kill9();
+    }
+}
