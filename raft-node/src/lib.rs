@@ -12,8 +12,10 @@
 //! - [`leader`]: what only the leader does (writes, read index, membership, leadership transfer).
 //! - [`forward`]: sending those requests to the leader from any member.
 //! - [`consensus`]: [`kv_api::Consensus`] on openraft: local on the leader, forwarded elsewhere.
+//! - [`authority`]: accepting the `:authority` etcdctl sends when it dials a member by URL.
 //! - [`server`]: starting a member and serving the etcd gRPC services.
 
+pub mod authority;
 pub mod config;
 pub mod consensus;
 pub mod forward;

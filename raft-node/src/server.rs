@@ -18,8 +18,10 @@ use proto::etcdserverpb as pb;
 use proto::raftpb;
 use tokio::sync::watch;
 use tokio_stream::wrappers::TcpListenerStream;
+use tokio_stream::StreamExt;
 use tracing::{info, warn};
 
+use crate::authority::AuthorityFix;
 use crate::config::{socket_addr, Config};
 use crate::consensus::{request_timeout, RaftConsensus};
 use crate::forward::Forwarder;
@@ -162,11 +164,8 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> anyhow::
             .add_service(MessageLimit::new(cluster.clone(), max_message))
             .add_service(health.clone());
         let stop = stopped(stop_rx.clone());
-        servers.spawn(async move {
-            router
-                .serve_with_incoming_shutdown(TcpListenerStream::new(listener), stop)
-                .await
-        });
+        let incoming = TcpListenerStream::new(listener).map(|conn| conn.map(AuthorityFix::new));
+        servers.spawn(async move { router.serve_with_incoming_shutdown(incoming, stop).await });
     }
     let peer = raftpb::raft_peer_server::RaftPeerServer::new(PeerService::new(leader))
         .max_decoding_message_size(usize::MAX)

@@ -155,16 +155,18 @@ impl Cluster {
             .collect()
     }
 
-    /// The client endpoints of the running members, joined with commas for `--endpoints`.
+    /// The client endpoints of the running members (learners left out), joined with commas for
+    /// `--endpoints`.
     pub fn endpoints(&self) -> String {
         self.running()
             .into_iter()
+            .filter(|&i| !self.members[i].is_learner())
             .map(|i| self.members[i].endpoint())
             .collect::<Vec<_>>()
             .join(",")
     }
 
-    /// Runs `etcdctl --endpoints=<all running members> <args>`.
+    /// Runs `etcdctl --endpoints=<all running members but learners> <args>`.
     pub async fn etcdctl(&self, args: &[&str]) -> anyhow::Result<CtlOutput> {
         etcdctl::run(&self.endpoints(), args, None).await
     }
@@ -249,11 +251,23 @@ impl Cluster {
         let initial_cluster = printed_var(&printed, "ETCD_INITIAL_CLUSTER")?;
         let state = printed_var(&printed, "ETCD_INITIAL_CLUSTER_STATE")?;
         let cluster_args = self.cluster_args(&initial_cluster, &state);
-        let member = ClusterMember::spawn(self.config.kind, &name, ports[0], ports[1], &cluster_args)?;
+        let mut member = ClusterMember::spawn(self.config.kind, &name, ports[0], ports[1], &cluster_args)?;
+        member.learner = learner;
         self.members.push(member);
         let index = self.members.len() - 1;
         self.members[index].wait_serving().await?;
         Ok(index)
+    }
+
+    /// Runs `etcdctl member promote <id of member index>` (see [`Cluster::etcdctl_reconfig`]) and
+    /// returns its output; on success the member is no longer left out as a learner.
+    pub async fn promote(&mut self, index: usize) -> anyhow::Result<CtlOutput> {
+        let id = format!("{:x}", self.members[index].status().await?.member_id);
+        let out = self.etcdctl_reconfig(&["member", "promote", &id]).await?;
+        if out.success() {
+            self.members[index].learner = false;
+        }
+        Ok(out)
     }
 
     /// The flags every member of this cluster gets after its identity flags.

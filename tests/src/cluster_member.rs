@@ -56,6 +56,8 @@ pub struct ClusterMember {
     /// Behind a lock only so that [`ClusterMember::is_running`] (`try_wait`) can take `&self`.
     child: Mutex<Option<Child>>,
     paused: bool,
+    /// Added as a learner and not promoted (through [`crate::Cluster::promote`]) since.
+    pub(crate) learner: bool,
 }
 
 impl ClusterMember {
@@ -81,6 +83,7 @@ impl ClusterMember {
             args: Vec::new(),
             child: Mutex::new(None),
             paused: false,
+            learner: false,
         };
         let (client, peer) = (member.client_url(), member.peer_url());
         member.args = vec![
@@ -153,6 +156,13 @@ impl ClusterMember {
 
     pub fn is_paused(&self) -> bool {
         self.paused
+    }
+
+    /// Whether the cluster added this member as a learner and has not promoted it since. Learners
+    /// refuse most requests (`etcdserver: rpc not supported for learner`), so etcdctl and clients
+    /// of the whole cluster leave them out.
+    pub fn is_learner(&self) -> bool {
+        self.learner
     }
 
     /// Kills the process with SIGKILL, without any chance to flush, and reaps it.

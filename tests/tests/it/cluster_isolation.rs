@@ -37,7 +37,10 @@ fn assert_refused<T: std::fmt::Debug>(what: &str, result: Result<T, etcd_client:
     };
     let (code, message) = grpc_error(&err).unwrap_or_else(|| panic!("{what}: not a server error: {err}"));
     assert_eq!(code, Code::Unavailable, "{what}: {message}");
-    assert!(NO_QUORUM_MESSAGES.contains(&message.as_str()), "{what}: unexpected message {message:?}");
+    assert!(
+        NO_QUORUM_MESSAGES.contains(&message.as_str()),
+        "{what}: unexpected message {message:?}"
+    );
     assert!(elapsed <= REFUSE_WITHIN, "{what} refused only after {elapsed:?}");
     eprintln!("{what}: {message:?} after {elapsed:?}");
     message
@@ -136,13 +139,20 @@ async fn resumed_old_leader_serves_no_stale_read() -> anyhow::Result<()> {
     match read.await? {
         Ok(resp) => {
             let value = resp.kvs().first().map(|kv| kv.value().to_vec());
-            assert_eq!(value.as_deref(), Some(&b"new"[..]), "a deposed leader served a stale read");
+            assert_eq!(
+                value.as_deref(),
+                Some(&b"new"[..]),
+                "a deposed leader served a stale read"
+            );
             eprintln!("the resumed old leader answered with the new value");
         }
         Err(err) => {
             let (code, message) = grpc_error(&err).unwrap_or_else(|| panic!("not a server error: {err}"));
             assert_eq!(code, Code::Unavailable, "{message}");
-            assert!(NO_QUORUM_MESSAGES.contains(&message.as_str()), "unexpected message {message:?}");
+            assert!(
+                NO_QUORUM_MESSAGES.contains(&message.as_str()),
+                "unexpected message {message:?}"
+            );
             eprintln!("the resumed old leader refused the read: {message:?}");
         }
     }
