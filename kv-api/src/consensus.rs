@@ -44,6 +44,9 @@ pub trait Consensus: Send + Sync + 'static {
     /// Whether this member currently knows a leader (for requests carrying etcd's `hasleader` metadata).
     fn has_leader(&self) -> bool;
 
+    /// Whether this member is a learner (which serves only serializable reads, as in etcd).
+    fn is_learner(&self) -> bool;
+
     /// Adds a member (a voter, or a learner); answers with the new member and the resulting list.
     fn member_add(
         &self,

@@ -174,6 +174,10 @@ impl kv_api::Consensus for RaftConsensus {
         self.raft().metrics().borrow().current_leader.is_some()
     }
 
+    fn is_learner(&self) -> bool {
+        self.raft().metrics().borrow().state == ServerState::Learner
+    }
+
     async fn member_add(
         &self,
         peer_urls: Vec<String>,

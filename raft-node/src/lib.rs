@@ -13,6 +13,7 @@
 //! - [`forward`]: sending those requests to the leader from any member.
 //! - [`consensus`]: [`kv_api::Consensus`] on openraft: local on the leader, forwarded elsewhere.
 //! - [`authority`]: accepting the `:authority` etcdctl sends when it dials a member by URL.
+//! - [`logging`]: the binaries' tracing subscriber.
 //! - [`server`]: starting a member and serving the etcd gRPC services.
 
 pub mod authority;
@@ -21,6 +22,7 @@ pub mod consensus;
 pub mod forward;
 pub mod identity;
 pub mod leader;
+pub mod logging;
 pub mod member_id;
 pub mod network;
 pub mod peer_service;

@@ -87,6 +87,9 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> anyhow::
         election_timeout_min: config.election_timeout / 2,
         election_timeout_max: config.election_timeout,
         snapshot_policy: openraft::SnapshotPolicy::LogsSinceLast(config.snapshot_count),
+        // Entries kept behind a snapshot for slow followers (etcd keeps 5000); a follower further behind
+        // catches up by snapshot install.
+        max_in_snapshot_log_to_keep: config.snapshot_count.min(5000),
         ..Default::default()
     }
     .validate()
@@ -192,8 +195,14 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> anyhow::
         config.clone(),
     ));
 
+    let removed = removed_from_cluster(raft.clone(), identity.member_id);
+    let mut outcome = Ok(());
     tokio::select! {
         () = shutdown => info!("shutting down"),
+        () = removed => {
+            warn!("the member has been permanently removed from the cluster; stopping");
+            outcome = Err(anyhow::anyhow!("the member has been permanently removed from the cluster"));
+        }
         Some(result) = servers.join_next() => {
             result.context("server task")?.context("server")?;
         }
@@ -202,11 +211,37 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> anyhow::
     let _ = stop_tx.send(true);
     while servers.join_next().await.is_some() {}
     raft.shutdown().await.context("stopping Raft")?;
-    Ok(())
+    outcome
+}
+
+/// Resolves once this member, having been part of the membership, is no longer in it (as etcd, a removed
+/// member stops).
+async fn removed_from_cluster(raft: Raft, id: NodeId) {
+    let mut metrics = raft.metrics();
+    let contains = |m: &crate::typ::RaftMetrics| m.membership_config.membership().get_node(&id).is_some();
+    if metrics.wait_for(contains).await.is_err() || metrics.wait_for(|m| !contains(m)).await.is_err() {
+        // Raft stopped: the member is shutting down anyway.
+        std::future::pending::<()>().await;
+    }
 }
 
 fn addrs(urls: &[String]) -> anyhow::Result<Vec<SocketAddr>> {
     Ok(urls.iter().map(|u| socket_addr(u)).collect::<Result<Vec<_>, _>>()?)
+}
+
+/// Resolves on SIGINT (Ctrl-C) or SIGTERM: the trigger the binaries give [`run`].
+pub async fn shutdown_signal() {
+    let mut term = match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+        Ok(term) => term,
+        Err(_) => {
+            let _ = tokio::signal::ctrl_c().await;
+            return;
+        }
+    };
+    tokio::select! {
+        _ = tokio::signal::ctrl_c() => {}
+        _ = term.recv() => {}
+    }
 }
 
 /// Resolves once `stop` turns true.

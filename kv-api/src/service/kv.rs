@@ -27,7 +27,16 @@ impl<C: Consensus> KvService<C> {
         }
     }
 
+    /// A learner serves serializable reads only.
+    fn refuse_learner(&self) -> Result<()> {
+        if self.consensus.is_learner() {
+            return Err(Error::NotSupportedForLearner);
+        }
+        Ok(())
+    }
+
     async fn propose(&self, cmd: Command, encoded_len: usize) -> Result<CommandResponse> {
+        self.refuse_learner()?;
         validate::check_size(encoded_len, &self.config.limits)?;
         self.consensus.propose(cmd).await
     }
@@ -35,6 +44,7 @@ impl<C: Consensus> KvService<C> {
     async fn range(&self, req: pb::RangeRequest) -> Result<pb::RangeResponse> {
         validate::check_range(&req)?;
         if !req.serializable {
+            self.refuse_learner()?;
             self.consensus.read_barrier().await?;
         }
         let mut resp = self.store.read().range(&req)?;
@@ -71,6 +81,7 @@ impl<C: Consensus> KvService<C> {
         let mut resp = if txn::is_read_only(&req) {
             // Reads need no log entry: a read barrier makes them linearizable.
             if !is_serializable(&req) {
+                self.refuse_learner()?;
                 self.consensus.read_barrier().await?;
             }
             self.store.read().txn_read_only(&req)?

@@ -1,6 +1,6 @@
 //! `local-cluster`: a three-member cluster on 127.0.0.1 in the foreground, like etcd's Procfile
 //! (clients on 2379, 22379, 32379; peers on 2380, 22380, 32380). Each member's log lines are prefixed with
-//! its name; Ctrl-C stops all three cleanly.
+//! its name; Ctrl-C stops all three cleanly. The members are this same binary, re-executed.
 
 use std::path::PathBuf;
 use std::process::Stdio;
@@ -51,6 +51,12 @@ fn member_args(args: &Args, name: &str, client: u16, peer: u16) -> Vec<String> {
     ]
 }
 
+/// One member: the same flags and logging as the `raft-node` binary.
+async fn run_member() -> anyhow::Result<()> {
+    raft_node::logging::init();
+    raft_node::server::run(raft_node::config::Config::parse(), raft_node::server::shutdown_signal()).await
+}
+
 /// Copies a child's output to ours, each line prefixed with the member's name.
 fn relay(name: &'static str, stream: impl tokio::io::AsyncRead + Unpin + Send + 'static) {
     tokio::spawn(async move {
@@ -61,21 +67,23 @@ fn relay(name: &'static str, stream: impl tokio::io::AsyncRead + Unpin + Send + 
     });
 }
 
+/// Set in the members' environment: this same binary then runs as one member (so `cargo run --bin
+/// local-cluster` needs no other binary).
+const MEMBER_ENV: &str = "LOCAL_CLUSTER_MEMBER";
+
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
+    if std::env::var_os(MEMBER_ENV).is_some() {
+        return run_member().await;
+    }
     let args = Args::parse();
     let exe = std::env::current_exe()?;
-    let raft_node = exe.with_file_name("raft-node");
-    anyhow::ensure!(
-        raft_node.exists(),
-        "{} not found: build it with `cargo build -p raft-node`",
-        raft_node.display()
-    );
     std::fs::create_dir_all(&args.dir)?;
 
     let mut children: Vec<(&str, Child)> = Vec::new();
     for (name, client, peer) in MEMBERS {
-        let mut child = Command::new(&raft_node)
+        let mut child = Command::new(&exe)
+            .env(MEMBER_ENV, name)
             .args(member_args(&args, name, client, peer))
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
