@@ -29,8 +29,9 @@ pub struct RaftConsensus {
 }
 
 impl RaftConsensus {
-    pub fn new(leader: Leader, timeout: Duration) -> Self {
+    pub fn new(leader: Leader) -> Self {
         let forwarder = leader.forwarder.clone();
+        let timeout = leader.request_timeout;
         Self {
             leader,
             forwarder,

@@ -4,7 +4,7 @@
 use std::collections::HashMap;
 use std::net::IpAddr;
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, SystemTime};
 
 use kv_api::Error;
 use parking_lot::Mutex;
@@ -13,7 +13,7 @@ use proto::raftpb::raft_peer_client::RaftPeerClient;
 use tonic::transport::{Channel, Endpoint};
 use tracing::debug;
 
-use crate::leader::{LeaderReply, LeaderRequest};
+use crate::leader::{unix_ms, Forwarded, LeaderReply, LeaderRequest};
 use crate::storage::{decode, encode};
 use crate::typ::MemberNode;
 
@@ -51,10 +51,18 @@ impl Forwarder {
     /// leader). A request that may have reached the peer is never reported that way unless it is harmless to
     /// repeat: a write that got lost in transit answers "request timed out", as etcd's does.
     pub async fn send(&self, node: &MemberNode, req: &LeaderRequest, timeout: Duration) -> Result<LeaderReply, Error> {
-        let payload = encode(req).map_err(|e| Error::Internal(format!("encoding a forwarded request: {e}")))?;
+        let forwarded = Forwarded {
+            deadline_unix_ms: unix_ms(SystemTime::now() + timeout),
+            request: req.clone(),
+        };
+        let payload = encode(&forwarded).map_err(|e| Error::Internal(format!("encoding a forwarded request: {e}")))?;
         let mut request = tonic::Request::new(raftpb::RaftMessage { payload });
         request.set_timeout(timeout);
-        let reply = match self.client(node)?.forward(request).await {
+        // The deadline travels to the peer, but the client side must enforce it too: a paused peer accepts
+        // the connection and never answers.
+        let sent = tokio::time::timeout(timeout, self.client(node)?.forward(request)).await;
+        let sent = sent.unwrap_or_else(|_| Err(tonic::Status::deadline_exceeded("no answer from the peer in time")));
+        let reply = match sent {
             Ok(reply) => reply.into_inner(),
             Err(status) => {
                 debug!(peer = %node, %status, "forwarding failed");

@@ -16,6 +16,7 @@ use proto::etcdserverpb as pb;
 use serde::{Deserialize, Serialize};
 
 use crate::config::socket_addr;
+use crate::election::{ElectionClock, PreVote, PreVoteAnswer};
 use crate::forward::Forwarder;
 use crate::member_id::member_id_at;
 use crate::typ::{Applied, MemberNode, NodeId, Raft};
@@ -52,6 +53,22 @@ pub enum LeaderRequest {
     Campaign,
     /// The cluster id and members, for a member joining with `--initial-cluster-state existing`.
     ClusterInfo,
+    /// Would this member vote for the sender (see [`crate::election`])?
+    PreVote(PreVote),
+}
+
+/// A [`LeaderRequest`] as it travels to another member, with the sender's deadline (milliseconds since
+/// the Unix epoch): past it the sender has already answered its client "request timed out", so a request
+/// that arrives late (the receiver was paused or cut off) is dropped, never run behind the client's back.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct Forwarded {
+    pub deadline_unix_ms: u64,
+    pub request: LeaderRequest,
+}
+
+/// Milliseconds since the Unix epoch.
+pub fn unix_ms(at: SystemTime) -> u64 {
+    at.duration_since(UNIX_EPOCH).map_or(0, |d| d.as_millis() as u64)
 }
 
 impl LeaderRequest {
@@ -73,6 +90,7 @@ pub enum LeaderReply {
     },
     /// Apply everything up to `index`, then a local read is linearizable.
     ReadIndex(u64),
+    PreVote(PreVoteAnswer),
     /// A membership change committed at `index`, with the member it added.
     Members {
         index: u64,
@@ -94,15 +112,25 @@ pub struct Leader {
     pub cluster_id: u64,
     pub token: String,
     pub election_timeout: Duration,
+    pub request_timeout: Duration,
     pub forwarder: Forwarder,
+    pub clock: ElectionClock,
 }
 
 /// etcd promotes a learner only once it has at least this share of the leader's log.
 const LEARNER_READY_SHARE: f64 = 0.9;
 
 impl Leader {
-    /// Serves a request on this member, which must be the leader (except for `ClusterInfo` and `Campaign`).
+    /// Serves a request on this member, which must be the leader (except for `ClusterInfo`, `PreVote` and
+    /// `Campaign`), within etcd's request timeout: a leader cut off from its quorum never commits, and the
+    /// request then fails with "request timed out".
     pub async fn handle(&self, req: LeaderRequest) -> Result<LeaderReply, Error> {
+        tokio::time::timeout(self.request_timeout, self.handle_now(req))
+            .await
+            .map_err(|_| Error::Timeout)?
+    }
+
+    async fn handle_now(&self, req: LeaderRequest) -> Result<LeaderReply, Error> {
         match req {
             LeaderRequest::ClusterInfo => {
                 return Ok(LeaderReply::ClusterInfo {
@@ -110,6 +138,7 @@ impl Leader {
                     members: members(&self.raft),
                 })
             }
+            LeaderRequest::PreVote(pre_vote) => return Ok(LeaderReply::PreVote(self.clock.answer(&pre_vote))),
             LeaderRequest::Campaign => {
                 self.raft.trigger().elect().await.map_err(|_| Error::Stopped)?;
                 return Ok(LeaderReply::Done);
@@ -181,7 +210,9 @@ impl Leader {
                     .await
             }
             LeaderRequest::MoveLeader { target } => self.move_leader(target).await,
-            LeaderRequest::ClusterInfo | LeaderRequest::Campaign => unreachable!("answered above"),
+            LeaderRequest::ClusterInfo | LeaderRequest::Campaign | LeaderRequest::PreVote(_) => {
+                unreachable!("answered above")
+            }
         }
     }
 

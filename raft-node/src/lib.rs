@@ -9,6 +9,7 @@
 //! - [`storage`]: the sled log store, the sled [`kv_api::Backend`] and the state machine (with snapshots).
 //! - [`network`]: outbound Raft RPC to peers (tonic, `raftpb`).
 //! - [`peer_service`]: inbound Raft RPC from peers.
+//! - [`election`]: elections on a logical clock with pre-vote, as etcd.
 //! - [`leader`]: what only the leader does (writes, read index, membership, leadership transfer).
 //! - [`forward`]: sending those requests to the leader from any member.
 //! - [`consensus`]: [`kv_api::Consensus`] on openraft: local on the leader, forwarded elsewhere.
@@ -19,6 +20,7 @@
 pub mod authority;
 pub mod config;
 pub mod consensus;
+pub mod election;
 pub mod forward;
 pub mod identity;
 pub mod leader;

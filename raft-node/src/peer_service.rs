@@ -1,12 +1,14 @@
 //! Inbound Raft RPC: the `raftpb.RaftPeer` service, handing decoded openraft messages to the local Raft and
 //! forwarded requests to the [`Leader`].
 
+use std::time::SystemTime;
+
 use proto::raftpb;
 use serde::de::DeserializeOwned;
 use serde::Serialize;
 use tonic::{Request, Response, Status, Streaming};
 
-use crate::leader::{Leader, LeaderRequest};
+use crate::leader::{unix_ms, Forwarded, Leader, LeaderReply};
 use crate::storage::{decode, encode};
 use crate::typ::{SnapshotMeta, Vote};
 
@@ -74,7 +76,10 @@ impl raftpb::raft_peer_server::RaftPeer for PeerService {
     }
 
     async fn forward(&self, request: Request<raftpb::RaftMessage>) -> Result<Response<raftpb::RaftMessage>, Status> {
-        let req: LeaderRequest = decoded(&request.into_inner().payload)?;
-        reply(&self.leader.handle(req).await)
+        let forwarded: Forwarded = decoded(&request.into_inner().payload)?;
+        if unix_ms(SystemTime::now()) > forwarded.deadline_unix_ms {
+            return reply(&Err::<LeaderReply, _>(kv_api::Error::Timeout));
+        }
+        reply(&self.leader.handle(forwarded.request).await)
     }
 }

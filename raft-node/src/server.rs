@@ -24,6 +24,7 @@ use tracing::{info, warn};
 use crate::authority::AuthorityFix;
 use crate::config::{socket_addr, Config};
 use crate::consensus::{request_timeout, RaftConsensus};
+use crate::election::ElectionClock;
 use crate::forward::Forwarder;
 use crate::identity::Identity;
 use crate::leader::{Leader, LeaderReply, LeaderRequest};
@@ -104,6 +105,14 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> anyhow::
     )
     .await
     .context("starting Raft")?;
+    // Elections run on the logical clock of `election` (openraft's wall-clock timer is switched off).
+    let clock = ElectionClock::new(
+        raft.clone(),
+        identity.member_id,
+        Duration::from_millis(config.heartbeat_interval),
+        election,
+    );
+    raft.runtime_config().elect(false);
 
     if !raft.is_initialized().await? && config.initial_cluster_state == "new" {
         // Every member of a new cluster proposes the same initial membership; openraft accepts the identical
@@ -120,9 +129,11 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> anyhow::
         cluster_id: identity.cluster_id,
         token: config.initial_cluster_token.clone(),
         election_timeout: election,
-        forwarder,
+        request_timeout: request_timeout(election),
+        forwarder: forwarder.clone(),
+        clock: clock.clone(),
     };
-    let consensus = Arc::new(RaftConsensus::new(leader.clone(), request_timeout(election)));
+    let consensus = Arc::new(RaftConsensus::new(leader.clone()));
     let api = ApiConfig {
         limits: Limits {
             max_txn_ops: config.max_txn_ops,
@@ -154,60 +165,71 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> anyhow::
 
     let (stop_tx, stop_rx) = watch::channel(false);
     let mut servers = tokio::task::JoinSet::new();
-    for addr in client_addrs {
-        let listener = tokio::net::TcpListener::bind(addr)
-            .await
-            .with_context(|| format!("listening on {addr}"))?;
-        info!(%addr, "serving client requests");
-        let router = tonic::transport::Server::builder()
-            .tcp_nodelay(true)
-            .layer(tonic::service::InterceptorLayer::new(require_leader.clone()))
-            .add_service(MessageLimit::new(kv.clone(), max_message))
-            .add_service(MessageLimit::new(maintenance.clone(), max_message))
-            .add_service(MessageLimit::new(cluster.clone(), max_message))
-            .add_service(health.clone());
-        let stop = stopped(stop_rx.clone());
-        let incoming = TcpListenerStream::new(listener).map(|conn| conn.map(AuthorityFix::new));
-        servers.spawn(async move { router.serve_with_incoming_shutdown(incoming, stop).await });
-    }
+    // Peers first: Raft needs them to elect a leader and to publish this member.
     let peer = raftpb::raft_peer_server::RaftPeerServer::new(PeerService::new(leader))
         .max_decoding_message_size(usize::MAX)
         .max_encoding_message_size(usize::MAX);
     for addr in peer_addrs {
-        let listener = tokio::net::TcpListener::bind(addr)
-            .await
-            .with_context(|| format!("listening on {addr}"))?;
+        let listener = bind(addr).await?;
         info!(%addr, "serving peer requests");
         let router = tonic::transport::Server::builder()
             .tcp_nodelay(true)
             .add_service(peer.clone());
         let stop = stopped(stop_rx.clone());
-        servers.spawn(async move {
-            router
-                .serve_with_incoming_shutdown(TcpListenerStream::new(listener), stop)
-                .await
-        });
+        let incoming = TcpListenerStream::new(listener);
+        servers.spawn(async move { router.serve_with_incoming_shutdown(incoming, stop).await });
     }
-    let publish = tokio::spawn(publish(
-        consensus.clone(),
-        raft.clone(),
-        identity.member_id,
-        config.clone(),
-    ));
+    tokio::spawn(clock.clone().run(forwarder));
 
-    let removed = removed_from_cluster(raft.clone(), identity.member_id);
-    let mut outcome = Ok(());
-    tokio::select! {
-        () = shutdown => info!("shutting down"),
-        () = removed => {
-            warn!("the member has been permanently removed from the cluster; stopping");
-            outcome = Err(anyhow::anyhow!("the member has been permanently removed from the cluster"));
+    let mut client_listeners = Vec::new();
+    for addr in client_addrs {
+        client_listeners.push((addr, bind(addr).await?));
+    }
+    let removed = {
+        let clock = clock.clone();
+        let raft = raft.clone();
+        async move {
+            tokio::select! {
+                () = removed_from_cluster(raft, identity.member_id) => {}
+                () = clock.removed() => {}
+            }
         }
-        Some(result) = servers.join_next() => {
-            result.context("server task")?.context("server")?;
+    };
+    tokio::pin!(shutdown, removed);
+    // As etcd, clients are served once this member's name and client URLs are in the membership.
+    let published = tokio::select! {
+        () = &mut shutdown => false,
+        () = publish(consensus.clone(), raft.clone(), identity.member_id, config.clone()) => true,
+    };
+    if published {
+        for (addr, listener) in client_listeners {
+            info!(%addr, "serving client requests");
+            let router = tonic::transport::Server::builder()
+                .tcp_nodelay(true)
+                .layer(tonic::service::InterceptorLayer::new(require_leader.clone()))
+                .add_service(MessageLimit::new(kv.clone(), max_message))
+                .add_service(MessageLimit::new(maintenance.clone(), max_message))
+                .add_service(MessageLimit::new(cluster.clone(), max_message))
+                .add_service(health.clone());
+            let stop = stopped(stop_rx.clone());
+            let incoming = TcpListenerStream::new(listener).map(|conn| conn.map(AuthorityFix::new));
+            servers.spawn(async move { router.serve_with_incoming_shutdown(incoming, stop).await });
         }
     }
-    publish.abort();
+
+    let mut outcome = Ok(());
+    if published {
+        tokio::select! {
+            () = &mut shutdown => info!("shutting down"),
+            () = &mut removed => {
+                warn!("the member has been permanently removed from the cluster; stopping");
+                outcome = Err(anyhow::anyhow!("the member has been permanently removed from the cluster"));
+            }
+            Some(result) = servers.join_next() => {
+                result.context("server task")?.context("server")?;
+            }
+        }
+    }
     let _ = stop_tx.send(true);
     while servers.join_next().await.is_some() {}
     raft.shutdown().await.context("stopping Raft")?;
@@ -223,6 +245,12 @@ async fn removed_from_cluster(raft: Raft, id: NodeId) {
         // Raft stopped: the member is shutting down anyway.
         std::future::pending::<()>().await;
     }
+}
+
+async fn bind(addr: SocketAddr) -> anyhow::Result<tokio::net::TcpListener> {
+    tokio::net::TcpListener::bind(addr)
+        .await
+        .with_context(|| format!("listening on {addr}"))
 }
 
 fn addrs(urls: &[String]) -> anyhow::Result<Vec<SocketAddr>> {
@@ -334,8 +362,8 @@ async fn publish(consensus: Arc<RaftConsensus>, raft: Raft, id: NodeId, config: 
             client_urls: config.advertise_client_urls.clone(),
         };
         if let Err(err) = consensus.publish(request).await {
-            warn!(%err, "publishing this member's attributes failed; retrying");
+            info!(%err, "cannot publish this member's name and client URLs yet; retrying");
+            tokio::time::sleep(Duration::from_millis(200)).await;
         }
-        tokio::time::sleep(Duration::from_millis(500)).await;
     }
 }

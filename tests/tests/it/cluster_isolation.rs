@@ -1,6 +1,6 @@
 //! A member cut off from the others (they are paused with SIGSTOP) refuses linearizable requests
-//! with Unavailable within a bounded time, still serves serializable reads, and recovers when they
-//! come back; a deposed leader never serves a stale linearizable read.
+//! within a bounded time, still serves serializable reads, and recovers when they come back; a
+//! deposed leader never serves a stale linearizable read.
 
 use std::time::{Duration, Instant};
 
@@ -15,35 +15,47 @@ const CLIENT_TIMEOUT: Duration = Duration::from_secs(30);
 /// How long service may take to come back once the others are resumed.
 const RECOVER_WITHIN: Duration = Duration::from_secs(20);
 
-/// What etcd 3.4 answers when a request cannot reach a quorum, all with code Unavailable. Which
-/// one depends on timing: whether the member still believed in a leader when the request came,
-/// and whether it lost the leader while the request waited.
-const NO_QUORUM_MESSAGES: [&str; 5] = [
-    "etcdserver: request timed out",
-    "etcdserver: request timed out, possibly due to previous leader failure",
-    "etcdserver: request timed out, possibly due to connection lost",
-    "etcdserver: leader changed",
-    "etcdserver: no leader",
+/// etcd 3.4's answers to a request that cannot reach a quorum.
+///
+/// Observed with etcd 3.4.23 (50/500 ms timing): a member that still believed in a leader when the
+/// request came answers Unavailable `request timed out` after its request timeout (5 s + 2
+/// election timeouts = 6 s), for puts and linearizable gets alike; a resumed deposed leader
+/// answers a linearizable get with Unavailable `leader changed`. A member that already knows it
+/// has no leader blocks a put until the same timeout and passes the context's error through
+/// unmapped: Unknown `context deadline exceeded`. The other texts are the variants etcd picks
+/// from the timing of leader changes.
+const NO_QUORUM_ANSWERS: [(Code, &str); 6] = [
+    (Code::Unavailable, "etcdserver: request timed out"),
+    (
+        Code::Unavailable,
+        "etcdserver: request timed out, possibly due to previous leader failure",
+    ),
+    (
+        Code::Unavailable,
+        "etcdserver: request timed out, possibly due to connection lost",
+    ),
+    (Code::Unavailable, "etcdserver: leader changed"),
+    (Code::Unavailable, "etcdserver: no leader"),
+    (Code::Unknown, "context deadline exceeded"),
 ];
 
-/// Asserts that `result` is refused with Unavailable and one of etcd's messages, within
-/// [`REFUSE_WITHIN`] of `start`. Returns the message.
+/// Asserts that `result` failed with one of [`NO_QUORUM_ANSWERS`] within [`REFUSE_WITHIN`] of
+/// `start`, and returns the code.
 #[track_caller]
-fn assert_refused<T: std::fmt::Debug>(what: &str, result: Result<T, etcd_client::Error>, start: Instant) -> String {
+fn assert_refused<T: std::fmt::Debug>(what: &str, result: Result<T, etcd_client::Error>, start: Instant) -> Code {
     let elapsed = start.elapsed();
     let err = match result {
         Ok(value) => panic!("{what} succeeded without a quorum: {value:?}"),
         Err(err) => err,
     };
     let (code, message) = grpc_error(&err).unwrap_or_else(|| panic!("{what}: not a server error: {err}"));
-    assert_eq!(code, Code::Unavailable, "{what}: {message}");
+    eprintln!("{what}: {code:?} {message:?} after {elapsed:?}");
     assert!(
-        NO_QUORUM_MESSAGES.contains(&message.as_str()),
-        "{what}: unexpected message {message:?}"
+        NO_QUORUM_ANSWERS.contains(&(code, message.as_str())),
+        "{what}: unexpected answer {code:?} {message:?}"
     );
     assert!(elapsed <= REFUSE_WITHIN, "{what} refused only after {elapsed:?}");
-    eprintln!("{what}: {message:?} after {elapsed:?}");
-    message
+    code
 }
 
 /// Retries `put key value` through `client` until it succeeds or [`RECOVER_WITHIN`] passes.
@@ -83,16 +95,22 @@ async fn isolated_member_refuses_linearizable_requests() -> anyhow::Result<()> {
         for &i in &others {
             cluster.member_mut(i).pause()?;
         }
-        let start = Instant::now();
-        let (mut put_client, mut get_client) = (client.clone(), client.clone());
-        let (put, get) = tokio::join!(
-            put_client.put("isolation", "during", None),
-            get_client.get("isolation", None)
-        );
-        assert_refused(&format!("round {round}: put at {name}"), put, start);
-        assert_refused(&format!("round {round}: linearizable get at {name}"), get, start);
-        // What it has applied, it still serves without consensus. The refused put may have been
-        // appended to its log, but was never committed, so never applied.
+        // At once, while the member may still believe in a leader; then again, when it has had
+        // many election timeouts to notice that it has none.
+        for attempt in ["first", "second"] {
+            let start = Instant::now();
+            let (mut put_client, mut get_client) = (client.clone(), client.clone());
+            let (put, get) = tokio::join!(
+                put_client.put("isolation", "during", None),
+                get_client.get("isolation", None)
+            );
+            assert_refused(&format!("round {round}: {attempt} put at {name}"), put, start);
+            let code = assert_refused(&format!("round {round}: {attempt} get at {name}"), get, start);
+            // etcd's read path maps its timeout; only proposals leak the raw context error.
+            assert_eq!(code, Code::Unavailable, "round {round}: {attempt} get at {name}");
+        }
+        // What it has applied, it still serves without consensus. The refused puts may have been
+        // appended to its log, but were never committed, so never applied.
         let local = client
             .get("isolation", Some(GetOptions::new().with_serializable()))
             .await?;
@@ -136,6 +154,7 @@ async fn resumed_old_leader_serves_no_stale_read() -> anyhow::Result<()> {
     let read = tokio::spawn(async move { old_client.get("stale", None).await });
     tokio::time::sleep(Duration::from_millis(200)).await;
     cluster.member_mut(old).resume()?;
+    let start = Instant::now();
     match read.await? {
         Ok(resp) => {
             let value = resp.kvs().first().map(|kv| kv.value().to_vec());
@@ -146,14 +165,9 @@ async fn resumed_old_leader_serves_no_stale_read() -> anyhow::Result<()> {
             );
             eprintln!("the resumed old leader answered with the new value");
         }
+        // etcd 3.4.23: Unavailable "etcdserver: leader changed", at once.
         Err(err) => {
-            let (code, message) = grpc_error(&err).unwrap_or_else(|| panic!("not a server error: {err}"));
-            assert_eq!(code, Code::Unavailable, "{message}");
-            assert!(
-                NO_QUORUM_MESSAGES.contains(&message.as_str()),
-                "unexpected message {message:?}"
-            );
-            eprintln!("the resumed old leader refused the read: {message:?}");
+            assert_refused("linearizable get at the resumed old leader", Err::<(), _>(err), start);
         }
     }
     let leader = cluster.leader().await?;

@@ -55,9 +55,18 @@ async fn learner_is_added_promoted_and_removed_under_load() -> anyhow::Result<()
     let status = cluster.member(n4).status().await?;
     assert!(status.is_learner, "{status:?}");
     let n4_id = format!("{:x}", status.member_id);
+    // etcd serves clients only once the new member has published its name and client URLs
+    // through the log, so they are listed as soon as it answers Status.
     let (members, json) = member_list(&cluster).await?;
     assert_eq!(members.len(), 4, "{json}");
     assert!(members.contains(&(n4_id.clone(), "n4".to_owned(), true)), "{json}");
+    let listed = json["members"].as_array().into_iter().flatten();
+    for member in listed {
+        assert!(
+            member["clientURLs"].as_array().is_some_and(|urls| urls.len() == 1),
+            "{member}"
+        );
+    }
 
     // A learner serves serializable reads only.
     let mut learner = cluster.member(n4).client().await?;

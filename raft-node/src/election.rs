@@ -1,0 +1,192 @@
+//! Elections on a logical clock, with pre-vote, as etcd runs them.
+//!
+//! openraft decides elections on wall-clock time, so a member that was paused (SIGSTOP, a long stall) or
+//! cut off campaigns the moment it runs again, and its higher term deposes a healthy leader. etcd counts
+//! ticks instead — a pause is one tick — and with pre-vote a member campaigns only once a majority agrees the
+//! leader is gone. This module does the same on top of openraft: openraft's own election timer is switched
+//! off, a task ticks every heartbeat interval and counts ticks without a sign of the leader (openraft
+//! refreshes the vote's timestamp on every accepted heartbeat), and after a randomized election timeout's
+//! worth of ticks it asks the other voters for a pre-vote; only with a majority does it start a real openraft
+//! election.
+//!
+//! The same question tells a member that no longer hears from anyone whether it was removed from the
+//! cluster: the others answer [`PreVoteAnswer::Removed`], and the member stops, as etcd's does.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures::future::join_all;
+use openraft::ServerState;
+use rand::Rng;
+use serde::{Deserialize, Serialize};
+use tokio::sync::watch;
+use tracing::{debug, info};
+
+use crate::forward::Forwarder;
+use crate::leader::{LeaderReply, LeaderRequest};
+use crate::typ::{NodeId, Raft, RaftMetrics};
+
+/// What a would-be candidate tells the members it asks.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct PreVote {
+    pub candidate: NodeId,
+    pub last_log_index: u64,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum PreVoteAnswer {
+    Granted,
+    Refused,
+    /// The candidate is not a member of the cluster any more.
+    Removed,
+}
+
+/// A member's election clock, shared by its ticking task and the pre-vote handler.
+#[derive(Clone)]
+pub struct ElectionClock {
+    raft: Raft,
+    member_id: NodeId,
+    /// Ticks since this member last saw a sign of a live leader.
+    idle_ticks: Arc<AtomicU64>,
+    /// An election timeout in ticks.
+    election_ticks: u64,
+    tick: Duration,
+    removed: watch::Sender<bool>,
+}
+
+impl ElectionClock {
+    pub fn new(raft: Raft, member_id: NodeId, heartbeat: Duration, election_timeout: Duration) -> Self {
+        let election_ticks = (election_timeout.as_millis() / heartbeat.as_millis().max(1)).max(2) as u64;
+        let (removed, _) = watch::channel(false);
+        Self {
+            raft,
+            member_id,
+            idle_ticks: Arc::new(AtomicU64::new(0)),
+            election_ticks,
+            tick: heartbeat,
+            removed,
+        }
+    }
+
+    /// Resolves once the other members said this one was removed from the cluster.
+    pub async fn removed(&self) {
+        let mut removed = self.removed.subscribe();
+        if removed.wait_for(|r| *r).await.is_err() {
+            std::future::pending::<()>().await;
+        }
+    }
+
+    /// This member's answer to a pre-vote: granted when it has itself gone an election timeout without
+    /// hearing from a leader (or knows none), is not the leader, and the candidate's log is not behind its
+    /// own.
+    pub fn answer(&self, request: &PreVote) -> PreVoteAnswer {
+        let metrics = self.raft.metrics().borrow().clone();
+        if metrics
+            .membership_config
+            .membership()
+            .get_node(&request.candidate)
+            .is_none()
+        {
+            return PreVoteAnswer::Removed;
+        }
+        let leader_alive =
+            metrics.current_leader.is_some() && self.idle_ticks.load(Ordering::Relaxed) < self.election_ticks;
+        let is_leader = metrics.state == ServerState::Leader;
+        let log_ok = request.last_log_index >= metrics.last_log_index.unwrap_or(0);
+        if !leader_alive && !is_leader && log_ok {
+            PreVoteAnswer::Granted
+        } else {
+            PreVoteAnswer::Refused
+        }
+    }
+
+    /// Runs the clock until Raft stops; campaigns (after a granted pre-vote) when the leader is gone.
+    pub async fn run(self, forwarder: Forwarder) {
+        self.raft.runtime_config().elect(false);
+        let mut ticker = tokio::time::interval(self.tick);
+        // After a pause, one tick: the clock is logical.
+        ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        let mut last_seen = None;
+        let mut threshold = self.randomized_timeout();
+        loop {
+            ticker.tick().await;
+            let Ok(seen) = self.raft.with_raft_state(|st| st.vote_last_modified()).await else {
+                return;
+            };
+            let metrics = self.raft.metrics().borrow().clone();
+            let membership = metrics.membership_config.membership();
+            let voters = membership.voter_ids().count();
+            let is_voter = membership.voter_ids().any(|id| id == self.member_id);
+            if is_voter && voters == 1 && metrics.current_leader.is_none() {
+                // The only voter needs nobody's agreement (and should not wait an election timeout).
+                if self.raft.trigger().elect().await.is_err() {
+                    return;
+                }
+                continue;
+            }
+            if seen != last_seen || metrics.state == ServerState::Leader {
+                last_seen = seen;
+                self.idle_ticks.store(0, Ordering::Relaxed);
+                continue;
+            }
+            let idle = self.idle_ticks.fetch_add(1, Ordering::Relaxed) + 1;
+            if idle < threshold {
+                continue;
+            }
+            threshold = self.randomized_timeout();
+            self.idle_ticks.store(0, Ordering::Relaxed);
+            let (granted, removed) = self.pre_vote(&forwarder, &metrics).await;
+            if removed {
+                self.removed.send_replace(true);
+                return;
+            }
+            if is_voter && granted {
+                info!(
+                    term = metrics.current_term,
+                    "no leader for an election timeout and a majority agrees; campaigning"
+                );
+                if self.raft.trigger().elect().await.is_err() {
+                    return;
+                }
+            }
+        }
+    }
+
+    /// etcd randomizes the election timeout in [timeout, 2 × timeout).
+    fn randomized_timeout(&self) -> u64 {
+        rand::thread_rng().gen_range(self.election_ticks..self.election_ticks * 2)
+    }
+
+    /// Asks every other member; returns whether a majority of voters (counting this one) granted, and
+    /// whether a majority of voters said this member was removed.
+    async fn pre_vote(&self, forwarder: &Forwarder, metrics: &RaftMetrics) -> (bool, bool) {
+        let membership = metrics.membership_config.membership();
+        let voters: Vec<NodeId> = membership.voter_ids().collect();
+        let request = LeaderRequest::PreVote(PreVote {
+            candidate: self.member_id,
+            last_log_index: metrics.last_log_index.unwrap_or(0),
+        });
+        let asks = voters
+            .iter()
+            .filter(|id| **id != self.member_id)
+            .filter_map(|id| membership.get_node(id))
+            .map(|node| {
+                let request = request.clone();
+                async move {
+                    match forwarder.send(node, &request, self.tick * 5).await {
+                        Ok(LeaderReply::PreVote(answer)) => Some(answer),
+                        _ => None,
+                    }
+                }
+            });
+        let answers: Vec<PreVoteAnswer> = join_all(asks).await.into_iter().flatten().collect();
+        let count = |want| answers.iter().filter(|a| **a == want).count();
+        let granted = 1 + count(PreVoteAnswer::Granted);
+        debug!(granted, voters = voters.len(), "pre-vote");
+        (
+            granted * 2 > voters.len(),
+            count(PreVoteAnswer::Removed) * 2 > voters.len(),
+        )
+    }
+}
