@@ -13,16 +13,19 @@ pub enum Bucket {
     Key,
     /// Bookkeeping: the compacted revision, and whatever the embedding layer adds (the applied log id).
     Meta,
+    /// Lease id (8 bytes, big-endian) → granted TTL in seconds (8 bytes, big-endian).
+    Lease,
 }
 
 impl Bucket {
-    pub const ALL: [Bucket; 2] = [Bucket::Key, Bucket::Meta];
+    pub const ALL: [Bucket; 3] = [Bucket::Key, Bucket::Meta, Bucket::Lease];
 
     /// A one-byte tag, for backends that keep every bucket in one keyspace.
     pub fn tag(self) -> u8 {
         match self {
             Bucket::Key => b'k',
             Bucket::Meta => b'm',
+            Bucket::Lease => b'l',
         }
     }
 }

@@ -10,6 +10,9 @@ pub enum Command {
     DeleteRange(pb::DeleteRangeRequest),
     Txn(pb::TxnRequest),
     Compact(pb::CompactionRequest),
+    /// A grant whose ID and TTL the proposer already settled (a free ID chosen, the minimum TTL applied).
+    LeaseGrant(pb::LeaseGrantRequest),
+    LeaseRevoke(pb::LeaseRevokeRequest),
 }
 
 /// The response apply produced for a [`Command`]; headers carry only the revision (the serving member
@@ -20,6 +23,8 @@ pub enum CommandResponse {
     DeleteRange(pb::DeleteRangeResponse),
     Txn(pb::TxnResponse),
     Compact(pb::CompactionResponse),
+    LeaseGrant(pb::LeaseGrantResponse),
+    LeaseRevoke(pb::LeaseRevokeResponse),
 }
 
 impl Command {

@@ -63,6 +63,12 @@ pub trait Consensus: Send + Sync + 'static {
     /// Makes a caught-up learner a voter; answers with the resulting members.
     fn member_promote(&self, id: u64) -> impl Future<Output = Result<Vec<pb::Member>>> + Send;
 
+    /// Restarts a lease's countdown on the leader; answers its granted TTL, or 0 when the lease is unknown.
+    fn lease_keep_alive(&self, id: i64) -> impl Future<Output = Result<i64>> + Send;
+
+    /// Seconds left before a lease expires, from the leader; `None` when the lease is unknown.
+    fn lease_time_to_live(&self, id: i64) -> impl Future<Output = Result<Option<i64>>> + Send;
+
     /// Hands leadership to `target` (this member must be the leader).
     fn move_leader(&self, target: u64) -> impl Future<Output = Result<()>> + Send;
 }

@@ -28,6 +28,10 @@ pub enum Error {
     FutureRevision,
     #[error("etcdserver: requested lease not found")]
     LeaseNotFound,
+    #[error("etcdserver: lease already exists")]
+    LeaseExists,
+    #[error("etcdserver: too large lease TTL")]
+    LeaseTtlTooLarge,
     #[error("etcdserver: no leader")]
     NoLeader,
     #[error("etcdserver: not capable")]
@@ -73,9 +77,10 @@ impl Error {
             | Error::DuplicateKey
             | Error::RequestTooLarge
             | Error::MemberBadUrls => Code::InvalidArgument,
-            Error::Compacted | Error::FutureRevision => Code::OutOfRange,
+            Error::Compacted | Error::FutureRevision | Error::LeaseTtlTooLarge => Code::OutOfRange,
             Error::LeaseNotFound | Error::MemberNotFound => Code::NotFound,
             Error::NotLeader
+            | Error::LeaseExists
             | Error::BadLeaderTransferee
             | Error::MemberExists
             | Error::PeerUrlExists

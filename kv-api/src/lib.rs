@@ -10,6 +10,7 @@
 //! - [`range`]: Range options applied after the index scan (filters, sort, limit).
 //! - [`txn`]: compares and the checks apply makes before running a txn.
 //! - [`validate`]: request checks made before proposing (etcd's gRPC-layer checks and limits).
+//! - [`lease`]: the lease table, the leader's expiry deadlines and the Lease service.
 //! - [`command`]: the commands that travel through the log, and their responses.
 //! - [`consensus`]: the [`Consensus`] seam to Raft.
 //! - [`error`]: the one error type and its mapping to gRPC statuses.
@@ -21,6 +22,7 @@ pub mod consensus;
 pub mod error;
 pub mod index;
 pub mod key_index;
+pub mod lease;
 pub mod range;
 pub mod revision;
 pub mod service;

@@ -10,12 +10,14 @@ use std::sync::Arc;
 
 use prost::Message;
 use proto::etcdserverpb as pb;
-use proto::mvccpb::KeyValue;
+use proto::mvccpb::event::EventType;
+use proto::mvccpb::{Event, KeyValue};
 
 use crate::backend::{Backend, BackendError, Bucket, WriteBatch};
 use crate::command::{Command, CommandResponse};
 use crate::error::{Error, Result};
 use crate::index::{KeyRange, TreeIndex};
+use crate::lease::{Lease, LeaseId, LeaseTable, MAX_LEASE_TTL};
 use crate::range;
 use crate::revision::Revision;
 use crate::txn;
@@ -79,6 +81,10 @@ pub struct MvccStore {
     batch: WriteBatch,
     /// Values staged in `batch`, readable before the commit.
     staged: HashMap<Revision, KeyValue>,
+    /// Leases and the keys attached to them.
+    leases: LeaseTable,
+    /// Changes made since the watchers were last told, in revision order (see [`MvccStore::take_events`]).
+    events: Vec<Event>,
 }
 
 impl std::fmt::Debug for MvccStore {
@@ -100,6 +106,8 @@ impl MvccStore {
             compacted: NEVER_COMPACTED,
             batch: WriteBatch::default(),
             staged: HashMap::new(),
+            events: Vec::new(),
+            leases: LeaseTable::default(),
         };
         store.load()?;
         Ok(store)
@@ -108,6 +116,7 @@ impl MvccStore {
     fn load(&mut self) -> Result<()> {
         self.index.clear();
         self.staged.clear();
+        self.events.clear();
         self.batch = WriteBatch::default();
         self.compacted = match self.backend.get(Bucket::Meta, META_COMPACT_REV)? {
             Some(bytes) => decode_i64(&bytes)?,
@@ -115,6 +124,8 @@ impl MvccStore {
         };
         let mut newest = 1;
         let mut failure = None;
+        // The lease of each key's newest value, to attach keys to their leases once all are known.
+        let mut key_leases: HashMap<Vec<u8>, LeaseId> = HashMap::new();
         let index = &mut self.index;
         self.backend.scan(Bucket::Key, &mut |key, value| {
             let step = Revision::from_bytes(key)
@@ -124,8 +135,10 @@ impl MvccStore {
                 Ok((rev, (tombstone, kv))) => {
                     if tombstone {
                         index.restore_tombstone(&kv.key, rev);
+                        key_leases.remove(&kv.key);
                     } else {
                         index.restore(&kv.key, Revision::new(kv.create_revision, 0), rev, kv.version);
+                        key_leases.insert(kv.key, kv.lease);
                     }
                     newest = rev.main;
                     true
@@ -141,7 +154,33 @@ impl MvccStore {
         }
         // Compaction may have removed the newest tombstones; the revision never goes back below it.
         self.current = newest.max(self.compacted).max(1);
+
+        self.leases.clear();
+        let leases = &mut self.leases;
+        self.backend.scan(Bucket::Lease, &mut |id, ttl| {
+            match (decode_i64(id), decode_i64(ttl)) {
+                (Ok(id), Ok(ttl)) => leases.grant(id, ttl),
+                (Err(err), _) | (_, Err(err)) => failure = Some(err),
+            }
+            failure.is_none()
+        })?;
+        if let Some(err) = failure {
+            return Err(err);
+        }
+        for (key, lease) in key_leases {
+            self.leases.attach(&key, lease);
+        }
         Ok(())
+    }
+
+    /// A lease and its keys.
+    pub fn lease(&self, id: LeaseId) -> Option<&Lease> {
+        self.leases.get(id)
+    }
+
+    /// Every lease id with its granted TTL.
+    pub fn leases(&self) -> Vec<(LeaseId, i64)> {
+        self.leases.list()
     }
 
     pub fn current_revision(&self) -> i64 {
@@ -207,6 +246,8 @@ impl MvccStore {
             Command::DeleteRange(req) => self.apply_delete(req).map(CommandResponse::DeleteRange),
             Command::Txn(req) => self.txn(req).map(CommandResponse::Txn),
             Command::Compact(req) => self.compact(req).map(CommandResponse::Compact),
+            Command::LeaseGrant(req) => self.lease_grant(req).map(CommandResponse::LeaseGrant),
+            Command::LeaseRevoke(req) => self.lease_revoke(req).map(CommandResponse::LeaseRevoke),
         }
     }
 
@@ -226,6 +267,10 @@ impl MvccStore {
 
     fn apply_put(&mut self, req: &pb::PutRequest) -> Result<pb::PutResponse> {
         let mut txn = self.begin();
+        // A plain put looks its lease up first (in a txn, the key precondition comes first), as etcd.
+        if req.lease != 0 && !self.leases.contains(req.lease) {
+            return Err(Error::LeaseNotFound);
+        }
         txn::check_put(self, req, txn.read_rev())?;
         let resp = self.put(&mut txn, req)?;
         self.end(txn);
@@ -374,6 +419,7 @@ impl MvccStore {
             value,
             lease,
         };
+        self.leases.attach(&req.key, kv.lease);
         self.stage(rev, false, kv);
         self.index.put(&req.key, rev);
         txn.changes += 1;
@@ -386,7 +432,17 @@ impl MvccStore {
     fn delete_range(&mut self, txn: &mut WriteTxn, req: &pb::DeleteRangeRequest) -> Result<pb::DeleteRangeResponse> {
         let range = KeyRange::new(&req.key, &req.range_end);
         let victims = self.kvs_at(range, txn.read_rev())?;
-        for victim in &victims {
+        self.delete_keys(txn, &victims);
+        Ok(pb::DeleteRangeResponse {
+            header: Some(revision_header(txn.read_rev())),
+            deleted: victims.len() as i64,
+            prev_kvs: if req.prev_kv { victims } else { Vec::new() },
+        })
+    }
+
+    /// Deletes keys alive at the txn's read revision (`victims` holds their current values).
+    fn delete_keys(&mut self, txn: &mut WriteTxn, victims: &[KeyValue]) {
+        for victim in victims {
             let rev = Revision::new(txn.begin + 1, txn.changes);
             let tombstone = KeyValue {
                 key: victim.key.clone(),
@@ -400,20 +456,77 @@ impl MvccStore {
                     txn.read_rev()
                 );
             }
+            self.leases.attach(&victim.key, 0);
             self.stage(rev, true, tombstone);
             txn.changes += 1;
         }
-        Ok(pb::DeleteRangeResponse {
-            header: Some(revision_header(txn.read_rev())),
-            deleted: victims.len() as i64,
-            prev_kvs: if req.prev_kv { victims } else { Vec::new() },
+    }
+
+    fn lease_grant(&mut self, req: &pb::LeaseGrantRequest) -> Result<pb::LeaseGrantResponse> {
+        if self.leases.contains(req.id) {
+            return Err(Error::LeaseExists);
+        }
+        if req.ttl > MAX_LEASE_TTL {
+            return Err(Error::LeaseTtlTooLarge);
+        }
+        self.leases.grant(req.id, req.ttl);
+        self.batch.put(Bucket::Lease, req.id.to_be_bytes(), req.ttl.to_be_bytes());
+        Ok(pb::LeaseGrantResponse {
+            header: Some(revision_header(self.current)),
+            id: req.id,
+            ttl: req.ttl,
+            error: String::new(),
         })
     }
 
+    /// Revokes a lease, deleting every key attached to it in one revision.
+    fn lease_revoke(&mut self, req: &pb::LeaseRevokeRequest) -> Result<pb::LeaseRevokeResponse> {
+        let lease = self.leases.revoke(req.id).ok_or(Error::LeaseNotFound)?;
+        self.batch.delete(Bucket::Lease, req.id.to_be_bytes());
+        let mut txn = self.begin();
+        let mut victims = Vec::with_capacity(lease.keys.len());
+        for key in &lease.keys {
+            if let Some(kv) = self.get_at(key, txn.read_rev())? {
+                victims.push(kv);
+            }
+        }
+        self.delete_keys(&mut txn, &victims);
+        let rev = self.end(txn);
+        Ok(pb::LeaseRevokeResponse { header: Some(revision_header(rev)) })
+    }
+
     fn stage(&mut self, rev: Revision, tombstone: bool, kv: KeyValue) {
-        self.batch
-            .put(Bucket::Key, rev.to_bytes(), encode_entry(tombstone, &kv));
+        self.batch.put(Bucket::Key, rev.to_bytes(), encode_entry(tombstone, &kv));
+        self.events.push(event(tombstone, kv.clone()));
         self.staged.insert(rev, kv);
+    }
+
+    /// The changes applied since the last call, in revision order, for the watchers; call after
+    /// [`MvccStore::commit`]. Events carry no `prev_kv` (watchers that want it read revision - 1).
+    pub fn take_events(&mut self) -> Vec<Event> {
+        std::mem::take(&mut self.events)
+    }
+
+    /// Every change to keys of `range` with a main revision in `(after, upto]`, in revision order: the
+    /// history a watcher catches up from. Fails with [`Error::Compacted`] when part of it is gone.
+    pub fn history(&self, range: KeyRange<'_>, after: i64, upto: i64) -> Result<Vec<Event>> {
+        if after + 1 < self.compacted {
+            return Err(Error::Compacted);
+        }
+        let mut revs: Vec<(Revision, bool)> = Vec::new();
+        for (_, ki) in self.index.range_indexes(range) {
+            revs.extend(ki.revisions_after(after).into_iter().filter(|(rev, _)| rev.main <= upto));
+        }
+        revs.sort_unstable();
+        revs.into_iter().map(|(rev, tombstone)| Ok(event(tombstone, self.kv_at(rev)?))).collect()
+    }
+
+    /// The value of `key` as a read at `at` sees it (for watchers' `prev_kv`).
+    pub fn value_at(&self, key: &[u8], at: i64) -> Result<Option<KeyValue>> {
+        if at < self.compacted {
+            return Err(Error::Compacted);
+        }
+        self.get_at(key, at)
     }
 
     fn compact(&mut self, req: &pb::CompactionRequest) -> Result<pb::CompactionResponse> {
@@ -484,6 +597,11 @@ fn decode_i64(bytes: &[u8]) -> Result<i64> {
         .try_into()
         .map_err(|_| Error::Internal("corrupt meta revision".into()))?;
     Ok(i64::from_be_bytes(arr))
+}
+
+fn event(tombstone: bool, kv: KeyValue) -> Event {
+    let kind = if tombstone { EventType::Delete } else { EventType::Put };
+    Event { r#type: kind as i32, kv: Some(kv), prev_kv: None }
 }
 
 /// A header carrying only a revision, as apply produces (the service fills in the rest).

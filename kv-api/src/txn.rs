@@ -87,10 +87,14 @@ fn int_operand(union: &Option<TargetUnion>, kind: TargetKind) -> i64 {
     }
 }
 
-/// A put's preconditions at apply time: `ignore_value`/`ignore_lease` need the key to exist at `at`.
+/// A put's preconditions at apply time: `ignore_value`/`ignore_lease` need the key to exist at `at`, and
+/// its lease must exist.
 pub(crate) fn check_put(store: &MvccStore, req: &pb::PutRequest, at: i64) -> Result<()> {
     if (req.ignore_value || req.ignore_lease) && store.get_at(&req.key, at)?.is_none() {
         return Err(Error::KeyNotFound);
+    }
+    if req.lease != 0 && store.lease(req.lease).is_none() {
+        return Err(Error::LeaseNotFound);
     }
     Ok(())
 }

@@ -206,6 +206,20 @@ impl kv_api::Consensus for RaftConsensus {
         Ok(self.change_members(LeaderRequest::MemberPromote { id }).await?.1)
     }
 
+    async fn lease_keep_alive(&self, id: i64) -> kv_api::Result<i64> {
+        match self.on_leader(LeaderRequest::LeaseKeepAlive { id }).await? {
+            LeaderReply::LeaseTtl(ttl) => Ok(ttl),
+            other => Err(unexpected(&other)),
+        }
+    }
+
+    async fn lease_time_to_live(&self, id: i64) -> kv_api::Result<Option<i64>> {
+        match self.on_leader(LeaderRequest::LeaseTimeToLive { id }).await? {
+            LeaderReply::LeaseRemaining(left) => Ok(left),
+            other => Err(unexpected(&other)),
+        }
+    }
+
     async fn move_leader(&self, target: u64) -> kv_api::Result<()> {
         // As etcd, only the leader takes this request (etcdctl finds it first).
         if self.raft().metrics().borrow().current_leader != Some(self.member_id()) {

@@ -7,9 +7,11 @@
 //! retry mutations either).
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::sync::Arc;
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use kv_api::{Command, Error};
+use kv_api::lease::expiry::LeaseDeadlines;
+use kv_api::{Command, Error, SharedStore};
 use openraft::error::{ClientWriteError, RaftError};
 use openraft::{ChangeMembers, Membership};
 use proto::etcdserverpb as pb;
@@ -49,6 +51,14 @@ pub enum LeaderRequest {
     MoveLeader {
         target: NodeId,
     },
+    /// Restart a lease's countdown (a keep-alive).
+    LeaseKeepAlive {
+        id: i64,
+    },
+    /// Seconds left on a lease.
+    LeaseTimeToLive {
+        id: i64,
+    },
     /// Sent by the leader to a transferee: campaign now.
     Campaign,
     /// The cluster id and members, for a member joining with `--initial-cluster-state existing`.
@@ -76,7 +86,11 @@ impl LeaderRequest {
     pub fn is_repeatable(&self) -> bool {
         matches!(
             self,
-            LeaderRequest::ReadIndex | LeaderRequest::ClusterInfo | LeaderRequest::Publish { .. }
+            LeaderRequest::ReadIndex
+                | LeaderRequest::ClusterInfo
+                | LeaderRequest::Publish { .. }
+                | LeaderRequest::PreVote(_)
+                | LeaderRequest::LeaseTimeToLive { .. }
         )
     }
 }
@@ -91,6 +105,10 @@ pub enum LeaderReply {
     /// Apply everything up to `index`, then a local read is linearizable.
     ReadIndex(u64),
     PreVote(PreVoteAnswer),
+    /// A lease's granted TTL after a keep-alive (0: unknown).
+    LeaseTtl(i64),
+    /// Seconds left on a lease (`None`: unknown).
+    LeaseRemaining(Option<i64>),
     /// A membership change committed at `index`, with the member it added.
     Members {
         index: u64,
@@ -115,6 +133,9 @@ pub struct Leader {
     pub request_timeout: Duration,
     pub forwarder: Forwarder,
     pub clock: ElectionClock,
+    pub store: SharedStore,
+    /// Lease deadlines, meaningful only while this member leads.
+    pub deadlines: Arc<LeaseDeadlines>,
 }
 
 /// etcd promotes a learner only once it has at least this share of the leader's log.
@@ -210,6 +231,18 @@ impl Leader {
                     .await
             }
             LeaderRequest::MoveLeader { target } => self.move_leader(target).await,
+            LeaderRequest::LeaseKeepAlive { id } => {
+                let ttl = self.store.read().lease(id).map_or(0, |lease| lease.ttl);
+                if ttl > 0 {
+                    self.deadlines.renew(id, ttl, Instant::now());
+                }
+                Ok(LeaderReply::LeaseTtl(ttl))
+            }
+            LeaderRequest::LeaseTimeToLive { id } => {
+                let ttl = self.store.read().lease(id).map(|lease| lease.ttl);
+                let left = ttl.map(|ttl| self.deadlines.remaining(id, ttl, Instant::now()).as_secs() as i64);
+                Ok(LeaderReply::LeaseRemaining(left))
+            }
             LeaderRequest::ClusterInfo | LeaderRequest::Campaign | LeaderRequest::PreVote(_) => {
                 unreachable!("answered above")
             }

@@ -8,6 +8,8 @@ use std::time::Duration;
 
 use anyhow::{bail, Context};
 use kv_api::service::cluster::ClusterService;
+use kv_api::lease::expiry::LeaseDeadlines;
+use kv_api::lease::service::LeaseService;
 use kv_api::service::kv::KvService;
 use kv_api::service::limit::MessageLimit;
 use kv_api::service::maintenance::MaintenanceService;
@@ -132,6 +134,8 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> anyhow::
         request_timeout: request_timeout(election),
         forwarder: forwarder.clone(),
         clock: clock.clone(),
+        store: store.clone(),
+        deadlines: Arc::new(LeaseDeadlines::default()),
     };
     let consensus = Arc::new(RaftConsensus::new(leader.clone()));
     let api = ApiConfig {
@@ -140,6 +144,8 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> anyhow::
             max_request_bytes: config.max_request_bytes,
         },
         version: config.emulated_version.clone(),
+        // etcd: a lease lives at least 1.5 election timeouts, rounded up to whole seconds.
+        min_lease_ttl: (config.election_timeout * 3).div_ceil(2000) as i64,
     };
     let max_message = config.max_request_bytes + GRPC_OVERHEAD_BYTES;
     let require_leader = {
@@ -152,6 +158,8 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> anyhow::
             Ok(request)
         }
     };
+    let lease = pb::lease_server::LeaseServer::new(LeaseService::new(consensus.clone(), store.clone(), api.clone()));
+    tokio::spawn(expire_leases(leader.clone(), consensus.clone()));
     let kv = pb::kv_server::KvServer::new(KvService::new(consensus.clone(), store.clone(), api.clone()))
         .max_decoding_message_size(usize::MAX)
         .max_encoding_message_size(usize::MAX);
@@ -208,6 +216,7 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> anyhow::
                 .tcp_nodelay(true)
                 .layer(tonic::service::InterceptorLayer::new(require_leader.clone()))
                 .add_service(MessageLimit::new(kv.clone(), max_message))
+                .add_service(MessageLimit::new(lease.clone(), max_message))
                 .add_service(MessageLimit::new(maintenance.clone(), max_message))
                 .add_service(MessageLimit::new(cluster.clone(), max_message))
                 .add_service(health.clone());
@@ -255,6 +264,31 @@ async fn bind(addr: SocketAddr) -> anyhow::Result<tokio::net::TcpListener> {
 
 fn addrs(urls: &[String]) -> anyhow::Result<Vec<SocketAddr>> {
     Ok(urls.iter().map(|u| socket_addr(u)).collect::<Result<Vec<_>, _>>()?)
+}
+
+/// How often the leader looks for expired leases.
+const LEASE_EXPIRY_TICK: Duration = Duration::from_millis(500);
+
+/// Expires leases while this member leads: each lease past its deadline is revoked through Raft (so every
+/// member deletes its keys at the same revision). Deadlines start over whenever this member becomes leader.
+async fn expire_leases(leader: Leader, consensus: Arc<RaftConsensus>) {
+    let mut ticker = tokio::time::interval(LEASE_EXPIRY_TICK);
+    loop {
+        ticker.tick().await;
+        let leading = leader.raft.metrics().borrow().current_leader == Some(leader.member_id);
+        if !leading {
+            leader.deadlines.clear();
+            continue;
+        }
+        let leases = leader.store.read().leases();
+        for id in leader.deadlines.expired(&leases, std::time::Instant::now()) {
+            info!(lease_id = format!("{id:x}"), "lease expired");
+            match consensus.propose(kv_api::Command::LeaseRevoke(pb::LeaseRevokeRequest { id })).await {
+                Ok(_) | Err(kv_api::Error::LeaseNotFound) => {}
+                Err(err) => warn!(lease_id = format!("{id:x}"), %err, "revoking an expired lease failed; will retry"),
+            }
+        }
+    }
 }
 
 /// Resolves on SIGINT (Ctrl-C) or SIGTERM: the trigger the binaries give [`run`].

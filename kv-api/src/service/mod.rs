@@ -29,6 +29,8 @@ pub struct ApiConfig {
     pub limits: crate::validate::Limits,
     /// The etcd version reported by `Maintenance.Status` (kube-apiserver gates features on it).
     pub version: String,
+    /// The shortest lease TTL granted, in seconds (etcd: 1.5 election timeouts, rounded up).
+    pub min_lease_ttl: i64,
 }
 
 impl Default for ApiConfig {
@@ -36,6 +38,7 @@ impl Default for ApiConfig {
         Self {
             limits: Default::default(),
             version: crate::ETCD_VERSION.to_string(),
+            min_lease_ttl: 2,
         }
     }
 }

@@ -281,7 +281,6 @@ async fn put_option_errors() -> anyhow::Result<()> {
 }
 
 #[tokio::test]
-#[ignore = "needs the Lease service (issue 4: Watch and Lease)"]
 async fn put_with_unknown_lease() -> anyhow::Result<()> {
     let member = Member::start().await?;
     let mut client = member.client().await?;

@@ -268,7 +268,6 @@ async fn put_prev_kv_and_ignore_value() -> anyhow::Result<()> {
 }
 
 #[tokio::test]
-#[ignore = "needs the Lease service (issue 4: Watch and Lease)"]
 async fn put_ignore_lease_keeps_the_lease() -> anyhow::Result<()> {
     let member = Member::start().await?;
     let mut client = member.client().await?;

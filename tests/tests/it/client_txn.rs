@@ -265,7 +265,6 @@ async fn txn_op_headers_follow_the_writes() -> anyhow::Result<()> {
 }
 
 #[tokio::test]
-#[ignore = "needs the Lease service (issue 4: Watch and Lease)"]
 async fn compare_on_lease() -> anyhow::Result<()> {
     let member = Member::start().await?;
     let mut client = member.client().await?;

@@ -1,0 +1,80 @@
+//! Lease deadlines, kept only by the leader: when a lease expires is never replicated, so apply stays
+//! deterministic. The leader proposes a revoke for each lease past its deadline; a new leader starts every
+//! lease's deadline afresh (etcd's promote), so no lease expires merely because leadership moved.
+
+use std::collections::HashMap;
+use std::time::{Duration, Instant};
+
+use parking_lot::Mutex;
+
+use super::LeaseId;
+
+/// Deadlines of the leases this member expires while it leads.
+#[derive(Debug, Default)]
+pub struct LeaseDeadlines {
+    deadlines: Mutex<HashMap<LeaseId, Instant>>,
+}
+
+impl LeaseDeadlines {
+    /// Restarts `id`'s countdown from `now` (a keep-alive, or a grant).
+    pub fn renew(&self, id: LeaseId, ttl: i64, now: Instant) {
+        self.deadlines.lock().insert(id, now + ttl_duration(ttl));
+    }
+
+    /// Time left before `id` expires; the full `ttl` when the countdown has not started here yet.
+    pub fn remaining(&self, id: LeaseId, ttl: i64, now: Instant) -> Duration {
+        match self.deadlines.lock().get(&id) {
+            Some(deadline) => deadline.saturating_duration_since(now),
+            None => ttl_duration(ttl),
+        }
+    }
+
+    /// Forgets every deadline (this member stopped leading).
+    pub fn clear(&self) {
+        self.deadlines.lock().clear();
+    }
+
+    /// Given every existing lease with its TTL: starts the countdown of leases without one, drops the
+    /// deadlines of leases that are gone, and returns the leases past their deadline.
+    pub fn expired(&self, leases: &[(LeaseId, i64)], now: Instant) -> Vec<LeaseId> {
+        let mut deadlines = self.deadlines.lock();
+        let known: HashMap<LeaseId, i64> = leases.iter().copied().collect();
+        deadlines.retain(|id, _| known.contains_key(id));
+        let mut expired = Vec::new();
+        for (id, ttl) in leases {
+            let deadline = *deadlines.entry(*id).or_insert_with(|| now + ttl_duration(*ttl));
+            if deadline <= now {
+                expired.push(*id);
+            }
+        }
+        expired
+    }
+}
+
+fn ttl_duration(ttl: i64) -> Duration {
+    Duration::from_secs(u64::try_from(ttl).unwrap_or(0))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn leases_expire_after_their_ttl_and_renewals_push_back() {
+        let deadlines = LeaseDeadlines::default();
+        let t0 = Instant::now();
+        let secs = |n| Duration::from_secs(n);
+        let leases = [(1, 5), (2, 10)];
+        assert!(deadlines.expired(&leases, t0).is_empty());
+        assert_eq!(deadlines.expired(&leases, t0 + secs(5)), vec![1]);
+        deadlines.renew(1, 5, t0 + secs(4));
+        assert!(deadlines.expired(&leases, t0 + secs(8)).is_empty());
+        assert_eq!(deadlines.remaining(1, 5, t0 + secs(8)), secs(1));
+        assert_eq!(deadlines.expired(&leases, t0 + secs(10)), vec![1, 2]);
+        // A revoked lease is forgotten; a new leader starts from the full TTL.
+        assert!(deadlines.expired(&[(2, 10)], t0 + secs(11)) == vec![2]);
+        deadlines.clear();
+        assert_eq!(deadlines.remaining(2, 10, t0 + secs(20)), secs(10));
+        assert!(deadlines.expired(&[(2, 10)], t0 + secs(20)).is_empty());
+    }
+}
