@@ -14,9 +14,17 @@ use proto::etcdserverpb::request_op::Request;
 use proto::etcdserverpb::response_op::Response;
 use proto::mvccpb::KeyValue;
 
+/// The leases the tests put keys with.
+const LEASES: [i64; 4] = [5, 7, 9, 42];
+
 fn open() -> (Arc<MemBackend>, MvccStore) {
     let backend = Arc::new(MemBackend::default());
-    let store = MvccStore::open(backend.clone()).expect("open an empty store");
+    let mut store = MvccStore::open(backend.clone()).expect("open an empty store");
+    for id in LEASES {
+        let grant = pb::LeaseGrantRequest { ttl: 60, id };
+        store.apply(&Command::LeaseGrant(grant)).expect("grant a lease");
+    }
+    store.commit().expect("commit");
     (backend, store)
 }
 
@@ -166,6 +174,8 @@ fn header_revision(resp: &CommandResponse) -> i64 {
         CommandResponse::DeleteRange(r) => r.header,
         CommandResponse::Txn(r) => r.header,
         CommandResponse::Compact(r) => r.header,
+        CommandResponse::LeaseGrant(r) => r.header,
+        CommandResponse::LeaseRevoke(r) => r.header,
     };
     header.expect("apply fills the header").revision
 }
