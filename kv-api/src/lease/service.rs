@@ -11,7 +11,7 @@ use tonic::{Request, Response, Status, Streaming};
 use crate::command::{Command, CommandResponse};
 use crate::consensus::{Consensus, SharedStore};
 use crate::error::{Error, Result};
-use crate::service::{fill_header, ApiConfig};
+use crate::service::{current_header, fill_header, ApiConfig};
 
 use super::MAX_LEASE_TTL;
 
@@ -31,9 +31,7 @@ impl<C: Consensus> LeaseService<C> {
     }
 
     fn header(&self) -> Option<pb::ResponseHeader> {
-        let mut header = None;
-        fill_header(&*self.consensus, &self.store, &mut header);
-        header
+        current_header(&*self.consensus, &self.store)
     }
 
     async fn propose(&self, cmd: Command) -> Result<CommandResponse> {
@@ -155,8 +153,7 @@ impl<C: Consensus> pb::lease_server::Lease for LeaseService<C> {
             async move {
                 let req = req?;
                 let ttl = consensus.lease_keep_alive(req.id).await?;
-                let mut header = None;
-                fill_header(&*consensus, &store, &mut header);
+                let header = current_header(&*consensus, &store);
                 Ok(pb::LeaseKeepAliveResponse {
                     header,
                     id: req.id,

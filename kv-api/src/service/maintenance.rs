@@ -7,7 +7,7 @@ use futures::Stream;
 use proto::etcdserverpb as pb;
 use tonic::{Request, Response, Status};
 
-use super::{fill_header, ApiConfig};
+use super::{current_header, ApiConfig};
 use crate::consensus::{Consensus, SharedStore};
 
 pub struct MaintenanceService<C> {
@@ -26,9 +26,7 @@ impl<C: Consensus> MaintenanceService<C> {
     }
 
     fn header(&self) -> Option<pb::ResponseHeader> {
-        let mut header = None;
-        fill_header(&*self.consensus, &self.store, &mut header);
-        header
+        current_header(&*self.consensus, &self.store)
     }
 }
 

@@ -23,6 +23,13 @@ pub(crate) fn fill_header<C: Consensus>(consensus: &C, store: &SharedStore, head
     *header = Some(full);
 }
 
+/// A header for a response that carries no revision of its own: the current store revision.
+pub(crate) fn current_header<C: Consensus>(consensus: &C, store: &SharedStore) -> Option<pb::ResponseHeader> {
+    let mut header = None;
+    fill_header(consensus, store, &mut header);
+    header
+}
+
 /// Settings the API reports and enforces.
 #[derive(Clone, Debug)]
 pub struct ApiConfig {
