@@ -15,6 +15,7 @@
 //! - [`consensus`]: the [`Consensus`] seam to Raft.
 //! - [`error`]: the one error type and its mapping to gRPC statuses.
 //! - [`service`]: the tonic services (KV, Maintenance, Cluster).
+//! - [`watch`]: the Watch service and the [`watch::WatchHub`] the apply path feeds.
 
 pub mod backend;
 pub mod command;
@@ -29,6 +30,7 @@ pub mod service;
 pub mod store;
 pub mod txn;
 pub mod validate;
+pub mod watch;
 
 pub use backend::{Backend, BackendError, Bucket, MemBackend, WriteBatch};
 pub use command::{Command, CommandResponse};

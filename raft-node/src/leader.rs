@@ -171,7 +171,15 @@ impl Leader {
         }
         match req {
             LeaderRequest::Write(cmd) => {
+                let granted = match &cmd {
+                    Command::LeaseGrant(grant) => Some((grant.id, grant.ttl)),
+                    _ => None,
+                };
                 let written = self.raft.client_write(cmd).await.map_err(submitted_error)?;
+                if let (Some((id, ttl)), Some(Ok(_))) = (granted, &written.data) {
+                    // The countdown starts at the grant, as etcd's.
+                    self.deadlines.renew(id, ttl, Instant::now());
+                }
                 Ok(LeaderReply::Written {
                     index: written.log_id.index,
                     applied: written.data,

@@ -15,6 +15,7 @@ use kv_api::service::limit::MessageLimit;
 use kv_api::service::maintenance::MaintenanceService;
 use kv_api::service::ApiConfig;
 use kv_api::validate::Limits;
+use kv_api::watch::{WatchConfig, WatchService};
 use kv_api::Consensus;
 use proto::etcdserverpb as pb;
 use proto::raftpb;
@@ -79,6 +80,7 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> anyhow::
         "starting member"
     );
     let (log_store, state_machine, store) = storage::open(&member_dir.join("db")).context("opening storage")?;
+    let watch_hub = state_machine.watch_hub().clone();
 
     let election = Duration::from_millis(config.election_timeout);
     let raft_config = openraft::Config {
@@ -135,7 +137,7 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> anyhow::
         forwarder: forwarder.clone(),
         clock: clock.clone(),
         store: store.clone(),
-        deadlines: Arc::new(LeaseDeadlines::default()),
+        deadlines: Arc::new(LeaseDeadlines::new(election)),
     };
     let consensus = Arc::new(RaftConsensus::new(leader.clone()));
     let api = ApiConfig {
@@ -163,6 +165,19 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> anyhow::
     let kv = pb::kv_server::KvServer::new(KvService::new(consensus.clone(), store.clone(), api.clone()))
         .max_decoding_message_size(usize::MAX)
         .max_encoding_message_size(usize::MAX);
+    let watch_config = WatchConfig {
+        progress_notify_interval: config.experimental_watch_progress_notify_interval,
+        fragment_bytes: max_message,
+        leader_check_interval: election,
+    };
+    let watch = pb::watch_server::WatchServer::new(WatchService::new(
+        consensus.clone(),
+        store.clone(),
+        watch_hub.clone(),
+        watch_config,
+    ))
+    .max_decoding_message_size(usize::MAX)
+    .max_encoding_message_size(usize::MAX);
     let maintenance =
         pb::maintenance_server::MaintenanceServer::new(MaintenanceService::new(consensus.clone(), store.clone(), api))
             .max_decoding_message_size(usize::MAX)
@@ -216,6 +231,7 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> anyhow::
                 .tcp_nodelay(true)
                 .layer(tonic::service::InterceptorLayer::new(require_leader.clone()))
                 .add_service(MessageLimit::new(kv.clone(), max_message))
+                .add_service(MessageLimit::new(watch.clone(), max_message))
                 .add_service(MessageLimit::new(lease.clone(), max_message))
                 .add_service(MessageLimit::new(maintenance.clone(), max_message))
                 .add_service(MessageLimit::new(cluster.clone(), max_message))
@@ -239,6 +255,8 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> anyhow::
             }
         }
     }
+    // Watch streams never end on their own: end them so that the servers can drain.
+    watch_hub.stop();
     let _ = stop_tx.send(true);
     while servers.join_next().await.is_some() {}
     raft.shutdown().await.context("stopping Raft")?;

@@ -13,19 +13,26 @@ use super::LeaseId;
 #[derive(Debug, Default)]
 pub struct LeaseDeadlines {
     deadlines: Mutex<HashMap<LeaseId, Instant>>,
+    /// Extra time a lease gets when a new leader starts its countdown (etcd: one election timeout).
+    promote_extension: Duration,
 }
 
 impl LeaseDeadlines {
+    pub fn new(promote_extension: Duration) -> Self {
+        Self { deadlines: Mutex::default(), promote_extension }
+    }
+
     /// Restarts `id`'s countdown from `now` (a keep-alive, or a grant).
     pub fn renew(&self, id: LeaseId, ttl: i64, now: Instant) {
         self.deadlines.lock().insert(id, now + ttl_duration(ttl));
     }
 
-    /// Time left before `id` expires; the full `ttl` when the countdown has not started here yet.
+    /// Time left before `id` expires; what a new leader would give it when its countdown has not
+    /// started here yet.
     pub fn remaining(&self, id: LeaseId, ttl: i64, now: Instant) -> Duration {
         match self.deadlines.lock().get(&id) {
             Some(deadline) => deadline.saturating_duration_since(now),
-            None => ttl_duration(ttl),
+            None => ttl_duration(ttl) + self.promote_extension,
         }
     }
 
@@ -42,7 +49,7 @@ impl LeaseDeadlines {
         deadlines.retain(|id, _| known.contains_key(id));
         let mut expired = Vec::new();
         for (id, ttl) in leases {
-            let deadline = *deadlines.entry(*id).or_insert_with(|| now + ttl_duration(*ttl));
+            let deadline = *deadlines.entry(*id).or_insert_with(|| now + ttl_duration(*ttl) + self.promote_extension);
             if deadline <= now {
                 expired.push(*id);
             }
@@ -61,20 +68,25 @@ mod tests {
 
     #[test]
     fn leases_expire_after_their_ttl_and_renewals_push_back() {
-        let deadlines = LeaseDeadlines::default();
+        let deadlines = LeaseDeadlines::new(Duration::from_secs(1));
         let t0 = Instant::now();
         let secs = |n| Duration::from_secs(n);
         let leases = [(1, 5), (2, 10)];
+        // Leases first seen by this leader get an election timeout more.
         assert!(deadlines.expired(&leases, t0).is_empty());
-        assert_eq!(deadlines.expired(&leases, t0 + secs(5)), vec![1]);
+        assert!(deadlines.expired(&leases, t0 + secs(5)).is_empty());
+        assert_eq!(deadlines.expired(&leases, t0 + secs(6)), vec![1]);
         deadlines.renew(1, 5, t0 + secs(4));
         assert!(deadlines.expired(&leases, t0 + secs(8)).is_empty());
         assert_eq!(deadlines.remaining(1, 5, t0 + secs(8)), secs(1));
-        assert_eq!(deadlines.expired(&leases, t0 + secs(10)), vec![1, 2]);
+        assert_eq!(deadlines.expired(&leases, t0 + secs(11)), vec![1, 2]);
         // A revoked lease is forgotten; a new leader starts from the full TTL.
-        assert!(deadlines.expired(&[(2, 10)], t0 + secs(11)) == vec![2]);
+        assert!(deadlines.expired(&[(2, 10)], t0 + secs(12)) == vec![2]);
         deadlines.clear();
-        assert_eq!(deadlines.remaining(2, 10, t0 + secs(20)), secs(10));
+        assert_eq!(deadlines.remaining(2, 10, t0 + secs(20)), secs(11));
         assert!(deadlines.expired(&[(2, 10)], t0 + secs(20)).is_empty());
+        // A grant starts the countdown at once, without the extension.
+        deadlines.renew(3, 5, t0 + secs(20));
+        assert_eq!(deadlines.remaining(3, 5, t0 + secs(21)), secs(4));
     }
 }

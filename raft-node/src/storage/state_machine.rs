@@ -9,6 +9,7 @@ use std::io::{self, Cursor};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
+use kv_api::watch::WatchHub;
 use kv_api::{Bucket, MvccStore, SharedStore};
 use openraft::storage::RaftStateMachine;
 use openraft::{EntryPayload, RaftSnapshotBuilder, StorageIOError};
@@ -29,6 +30,8 @@ pub struct StateMachine {
     snapshot: CurrentSnapshot,
     /// Snapshots built by this process, to make snapshot ids unique.
     builds: Arc<AtomicU64>,
+    /// Told about every committed batch's changes (and about installed snapshots).
+    watch_hub: Arc<WatchHub>,
 }
 
 /// Builds a snapshot of the store as it is when the build runs.
@@ -49,13 +52,20 @@ impl StateMachine {
             .get()
             .and_then(|s| s.meta.snapshot_id.rsplit('-').next()?.parse::<u64>().ok())
             .map_or(0, |n| n + 1);
+        let watch_hub = Arc::new(WatchHub::new(store.read().current_revision()));
         Ok(Self {
             store,
             last_applied,
             membership,
             snapshot,
             builds: Arc::new(AtomicU64::new(builds)),
+            watch_hub,
         })
+    }
+
+    /// The watchers of this member, fed by apply.
+    pub fn watch_hub(&self) -> &Arc<WatchHub> {
+        &self.watch_hub
     }
 
     /// The MVCC store this state machine applies to.
@@ -97,7 +107,9 @@ impl StateMachine {
             store.stage_meta(META_MEMBERSHIP, encode(m).map_err(|e| write_err(&e))?);
         }
         store.commit().map_err(|e| write_err(&e))?;
+        let (events, revision) = (store.take_events(), store.current_revision());
         drop(store);
+        self.watch_hub.notify(revision, events);
         self.last_applied = last_applied;
         if let Some(m) = membership {
             self.membership = m;
@@ -227,6 +239,9 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
             Ok(data)
         })
         .await?;
+        // The store jumped: watchers catch up from it (or learn that their start was compacted).
+        let revision = self.store.read().current_revision();
+        self.watch_hub.resync(revision);
         self.last_applied = meta.last_log_id;
         self.membership = meta.last_membership.clone();
         self.snapshot.save(meta, data).await

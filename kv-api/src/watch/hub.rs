@@ -1,0 +1,439 @@
+//! [`WatchHub`]: every watcher of the member, fed by the apply path.
+//!
+//! The state machine calls [`WatchHub::notify`] once per applied batch, after the batch is committed,
+//! with the batch's events and the store's revision. Notify only matches events to watchers and appends
+//! shared pointers to each matching watcher's bounded `pending` buffer, then wakes the watcher's stream: it
+//! never waits for a client. The stream tasks take their buffers with [`WatchHub::drain`].
+//!
+//! # Synced and unsynced watchers
+//!
+//! As in etcd, a watcher is *synced* when every event up to the hub's revision is either delivered or
+//! sitting in its buffer; only synced watchers receive events from notify. A watcher is *unsynced* when
+//! it starts in the past, when its buffer overflows (a slow client), or after a snapshot install replaced
+//! the store. Its stream then catches up from the store's history and asks to be synced again with
+//! [`WatchHub::try_sync`], which succeeds only if notify has announced nothing the catch-up did not read.
+//!
+//! The store is committed before notify runs, so a catch-up may read revisions notify is about to
+//! announce; streams drop events below the watcher's next revision, so nothing is sent twice.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use parking_lot::Mutex;
+use proto::mvccpb::Event;
+use tokio::sync::{watch, Notify};
+
+use crate::index::KeyRange;
+
+/// Events buffered per watcher before it falls back to catching up from the store.
+pub const DEFAULT_PENDING_LIMIT: usize = 1024;
+
+/// A watcher's key range, owned (etcd's forms: empty end = one key, `[0]` = from the key on).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct WatchRange {
+    pub key: Vec<u8>,
+    pub range_end: Vec<u8>,
+}
+
+impl WatchRange {
+    pub fn new(key: Vec<u8>, range_end: Vec<u8>) -> Self {
+        Self { key, range_end }
+    }
+
+    pub fn as_key_range(&self) -> KeyRange<'_> {
+        KeyRange::new(&self.key, &self.range_end)
+    }
+
+    pub fn contains(&self, key: &[u8]) -> bool {
+        self.as_key_range().contains(key)
+    }
+}
+
+/// The hub's handle on one watcher (unique in the member, unlike the client's watch id).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct WatcherKey(u64);
+
+#[cfg(test)]
+impl WatcherKey {
+    pub(crate) fn for_tests(n: u64) -> Self {
+        Self(n)
+    }
+}
+
+/// What a stream learns about one of its watchers when it drains the hub.
+#[derive(Debug, Default)]
+pub struct Drained {
+    /// Buffered events, in revision order, each revision complete.
+    pub events: Vec<Arc<Event>>,
+    /// Synced: with `events`, the watcher has everything up to the drain's revision. Unsynced: its stream
+    /// catches up from the store.
+    pub synced: bool,
+    /// Set once when the watcher lost sync (overflow, resync): `events` hold everything before this
+    /// revision, and the catch-up starts there (or at the stream's own next revision when later).
+    pub resume_from: Option<i64>,
+}
+
+/// A watcher as the hub keeps it.
+#[derive(Debug)]
+struct Slot {
+    range: WatchRange,
+    /// Wakes the stream that owns the watcher.
+    signal: Arc<Notify>,
+    synced: bool,
+    /// For an unsynced watcher: the first revision missing after `pending` (0 when the stream already
+    /// knows where to catch up from).
+    lost_from: i64,
+    pending: Vec<Arc<Event>>,
+}
+
+#[derive(Debug)]
+struct HubState {
+    /// The newest revision announced by notify.
+    notified: i64,
+    next_key: u64,
+    slots: HashMap<WatcherKey, Slot>,
+    /// Single-key watchers by key; the others are scanned (watchers of a range are few in practice:
+    /// kube-apiserver has one prefix watcher per resource type).
+    by_key: HashMap<Vec<u8>, Vec<WatcherKey>>,
+    ranges: Vec<WatcherKey>,
+}
+
+/// The member's watchers; see the module documentation.
+#[derive(Debug)]
+pub struct WatchHub {
+    state: Mutex<HubState>,
+    pending_limit: usize,
+    stop: watch::Sender<bool>,
+}
+
+impl WatchHub {
+    /// A hub for a store whose current revision is `revision`.
+    pub fn new(revision: i64) -> Self {
+        Self::with_pending_limit(revision, DEFAULT_PENDING_LIMIT)
+    }
+
+    /// A hub whose watchers buffer at most `pending_limit` events before catching up from the store.
+    pub fn with_pending_limit(revision: i64, pending_limit: usize) -> Self {
+        Self {
+            state: Mutex::new(HubState {
+                notified: revision,
+                next_key: 0,
+                slots: HashMap::new(),
+                by_key: HashMap::new(),
+                ranges: Vec::new(),
+            }),
+            pending_limit,
+            stop: watch::Sender::new(false),
+        }
+    }
+
+    /// The newest revision announced to watchers.
+    pub fn revision(&self) -> i64 {
+        self.state.lock().notified
+    }
+
+    /// Number of registered watchers.
+    pub fn len(&self) -> usize {
+        self.state.lock().slots.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Registers a watcher of `range` whose first wanted revision is `start` (0: the next one). Returns its
+    /// key, the hub's revision at registration, the first revision it will get and whether it is synced
+    /// (otherwise its stream catches up from the store).
+    pub fn register(&self, range: WatchRange, start: i64, signal: Arc<Notify>) -> Registered {
+        let mut state = self.state.lock();
+        let revision = state.notified;
+        let start = if start == 0 { revision + 1 } else { start };
+        let synced = start > revision;
+        let key = WatcherKey(state.next_key);
+        state.next_key += 1;
+        if range.range_end.is_empty() {
+            state.by_key.entry(range.key.clone()).or_default().push(key);
+        } else {
+            state.ranges.push(key);
+        }
+        state.slots.insert(
+            key,
+            Slot {
+                range,
+                signal,
+                synced,
+                lost_from: 0,
+                pending: Vec::new(),
+            },
+        );
+        Registered {
+            key,
+            revision,
+            start,
+            synced,
+        }
+    }
+
+    /// Forgets a watcher and its buffered events.
+    pub fn unregister(&self, key: WatcherKey) {
+        let mut state = self.state.lock();
+        let Some(slot) = state.slots.remove(&key) else {
+            return;
+        };
+        if slot.range.range_end.is_empty() {
+            if let Some(keys) = state.by_key.get_mut(&slot.range.key) {
+                keys.retain(|k| *k != key);
+                if keys.is_empty() {
+                    state.by_key.remove(&slot.range.key);
+                }
+            }
+        } else {
+            state.ranges.retain(|k| *k != key);
+        }
+    }
+
+    /// Announces the events of a committed batch (in revision order) and the store's revision after it.
+    /// Called on the apply path: matches and buffers, never waits.
+    pub fn notify(&self, revision: i64, events: Vec<Event>) {
+        let mut state = self.state.lock();
+        if events.is_empty() {
+            state.notified = state.notified.max(revision);
+            return;
+        }
+        let mut matched: HashMap<WatcherKey, Vec<Arc<Event>>> = HashMap::new();
+        for event in events.into_iter().map(Arc::new) {
+            let Some(key) = event.kv.as_ref().map(|kv| kv.key.as_slice()) else {
+                continue;
+            };
+            let singles = state.by_key.get(key).into_iter().flatten();
+            let ranges = state
+                .ranges
+                .iter()
+                .filter(|k| state.slots.get(k).is_some_and(|slot| slot.range.contains(key)));
+            for watcher in singles.chain(ranges) {
+                if state.slots.get(watcher).is_some_and(|slot| slot.synced) {
+                    matched.entry(*watcher).or_default().push(event.clone());
+                }
+            }
+        }
+        for (watcher, events) in matched {
+            if let Some(slot) = state.slots.get_mut(&watcher) {
+                slot.buffer(events, self.pending_limit);
+                slot.signal.notify_one();
+            }
+        }
+        state.notified = state.notified.max(revision);
+    }
+
+    /// The store was replaced (a snapshot install) and its revision is now `revision`: every synced
+    /// watcher catches up from the store, from the revision after the last one announced.
+    pub fn resync(&self, revision: i64) {
+        let mut state = self.state.lock();
+        let lost_from = state.notified + 1;
+        for slot in state.slots.values_mut() {
+            if slot.synced {
+                slot.synced = false;
+                slot.lost_from = lost_from;
+            }
+            slot.signal.notify_one();
+        }
+        state.notified = revision;
+    }
+
+    /// Takes the buffered events of `keys`; returns them with the hub's revision at that instant.
+    pub fn drain(&self, keys: impl IntoIterator<Item = WatcherKey>) -> (i64, Vec<(WatcherKey, Drained)>) {
+        let mut state = self.state.lock();
+        let drained = keys
+            .into_iter()
+            .filter_map(|key| {
+                let slot = state.slots.get_mut(&key)?;
+                let events = std::mem::take(&mut slot.pending);
+                let lost_from = std::mem::take(&mut slot.lost_from);
+                let resume_from = (!slot.synced && lost_from > 0).then_some(lost_from);
+                Some((
+                    key,
+                    Drained {
+                        events,
+                        synced: slot.synced,
+                        resume_from,
+                    },
+                ))
+            })
+            .collect();
+        (state.notified, drained)
+    }
+
+    /// Marks a watcher that caught up from the store through revision `upto` synced, unless notify
+    /// announced later revisions meanwhile (then the stream reads on).
+    pub fn try_sync(&self, key: WatcherKey, upto: i64) -> bool {
+        let mut state = self.state.lock();
+        let notified = state.notified;
+        match state.slots.get_mut(&key) {
+            Some(slot) if notified <= upto => {
+                slot.synced = true;
+                slot.lost_from = 0;
+                slot.pending.clear();
+                true
+            }
+            _ => false,
+        }
+    }
+
+    /// Ends every stream (the member is shutting down).
+    pub fn stop(&self) {
+        self.stop.send_replace(true);
+    }
+
+    /// Resolves once [`WatchHub::stop`] was called.
+    pub async fn stopped(&self) {
+        let mut rx = self.stop.subscribe();
+        let _ = rx.wait_for(|stopped| *stopped).await;
+    }
+}
+
+/// The outcome of [`WatchHub::register`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Registered {
+    pub key: WatcherKey,
+    /// The hub's revision when the watcher was registered (the `created` response's header revision).
+    pub revision: i64,
+    /// The first revision the watcher wants.
+    pub start: i64,
+    pub synced: bool,
+}
+
+impl Slot {
+    /// Appends whole revisions of `events` while they fit; at the first revision that does not fit the
+    /// watcher turns unsynced, to catch up from the store from that revision.
+    fn buffer(&mut self, events: Vec<Arc<Event>>, limit: usize) {
+        let mut rest = events.as_slice();
+        while let Some(first) = rest.first() {
+            let rev = mod_revision(first);
+            let len = rest.iter().take_while(|e| mod_revision(e) == rev).count();
+            if self.pending.len() + len > limit {
+                self.synced = false;
+                self.lost_from = rev;
+                return;
+            }
+            self.pending.extend_from_slice(&rest[..len]);
+            rest = &rest[len..];
+        }
+    }
+}
+
+pub(crate) fn mod_revision(event: &Event) -> i64 {
+    event.kv.as_ref().map_or(0, |kv| kv.mod_revision)
+}
+
+#[cfg(test)]
+mod tests {
+    use proto::mvccpb::event::EventType;
+    use proto::mvccpb::KeyValue;
+
+    use super::*;
+
+    fn put(key: &str, rev: i64) -> Event {
+        Event {
+            r#type: EventType::Put as i32,
+            kv: Some(KeyValue {
+                key: key.as_bytes().to_vec(),
+                mod_revision: rev,
+                create_revision: rev,
+                version: 1,
+                ..Default::default()
+            }),
+            prev_kv: None,
+        }
+    }
+
+    fn keys_and_revs(drained: &Drained) -> Vec<(String, i64)> {
+        drained
+            .events
+            .iter()
+            .map(|e| {
+                let kv = e.kv.as_ref().expect("kv");
+                (String::from_utf8_lossy(&kv.key).into_owned(), kv.mod_revision)
+            })
+            .collect()
+    }
+
+    fn range(key: &str, end: &str) -> WatchRange {
+        WatchRange::new(key.as_bytes().to_vec(), end.as_bytes().to_vec())
+    }
+
+    #[test]
+    fn events_reach_the_watchers_whose_range_holds_them() {
+        let hub = WatchHub::new(1);
+        let signal = Arc::new(Notify::new());
+        let single = hub.register(range("a", ""), 0, signal.clone());
+        let prefix = hub.register(range("a", "b"), 0, signal.clone());
+        let from_key = hub.register(range("b", "\0"), 0, signal.clone());
+        assert!(single.synced && prefix.synced && from_key.synced);
+        assert_eq!((single.revision, single.start), (1, 2));
+        hub.notify(3, vec![put("a", 2), put("ab", 3), put("c", 3)]);
+        let (rev, drained) = hub.drain([single.key, prefix.key, from_key.key]);
+        assert_eq!(rev, 3);
+        let got: Vec<_> = drained.iter().map(|(_, d)| keys_and_revs(d)).collect();
+        let want = [
+            vec![("a".to_string(), 2)],
+            vec![("a".to_string(), 2), ("ab".to_string(), 3)],
+            vec![("c".to_string(), 3)],
+        ];
+        assert_eq!(got, want);
+        assert!(drained.iter().all(|(_, d)| d.synced && d.resume_from.is_none()));
+        // Drained buffers are empty; an unregistered watcher gets nothing more.
+        hub.unregister(single.key);
+        hub.notify(4, vec![put("a", 4)]);
+        let (_, drained) = hub.drain([single.key, prefix.key]);
+        assert_eq!(drained.len(), 1);
+        assert_eq!(keys_and_revs(&drained[0].1), vec![("a".to_string(), 4)]);
+    }
+
+    #[test]
+    fn a_watcher_starting_in_the_past_is_unsynced_until_caught_up() {
+        let hub = WatchHub::new(5);
+        let w = hub.register(range("a", ""), 3, Arc::new(Notify::new()));
+        assert_eq!((w.synced, w.start, w.revision), (false, 3, 5));
+        hub.notify(6, vec![put("a", 6)]);
+        let (_, drained) = hub.drain([w.key]);
+        assert!(
+            drained[0].1.events.is_empty(),
+            "unsynced watchers get nothing from notify"
+        );
+        assert_eq!((drained[0].1.synced, drained[0].1.resume_from), (false, None));
+        // A catch-up that read only through 5 is behind notify.
+        assert!(!hub.try_sync(w.key, 5));
+        assert!(hub.try_sync(w.key, 6));
+        hub.notify(7, vec![put("a", 7)]);
+        let (_, drained) = hub.drain([w.key]);
+        assert_eq!(keys_and_revs(&drained[0].1), vec![("a".to_string(), 7)]);
+        // A future start is synced at once.
+        let future = hub.register(range("a", ""), 100, Arc::new(Notify::new()));
+        assert_eq!((future.synced, future.start), (true, 100));
+    }
+
+    #[test]
+    fn overflow_keeps_whole_revisions_and_says_where_to_resume() {
+        let hub = WatchHub::with_pending_limit(1, 3);
+        let w = hub.register(range("a", "b"), 0, Arc::new(Notify::new()));
+        hub.notify(3, vec![put("a1", 2), put("a2", 2), put("a1", 3), put("a2", 3)]);
+        hub.notify(4, vec![put("a1", 4)]);
+        let (_, drained) = hub.drain([w.key]);
+        let d = &drained[0].1;
+        assert_eq!(keys_and_revs(d), vec![("a1".to_string(), 2), ("a2".to_string(), 2)]);
+        assert_eq!((d.synced, d.resume_from), (false, Some(3)));
+        // The resume point is reported once; the stream tracks it from then on.
+        let (_, drained) = hub.drain([w.key]);
+        assert_eq!((drained[0].1.synced, drained[0].1.resume_from), (false, None));
+    }
+
+    #[test]
+    fn resync_unsyncs_every_watcher_from_the_last_announced_revision() {
+        let hub = WatchHub::new(4);
+        let w = hub.register(range("a", ""), 0, Arc::new(Notify::new()));
+        hub.resync(10);
+        assert_eq!(hub.revision(), 10);
+        let (_, drained) = hub.drain([w.key]);
+        assert_eq!(drained[0].1.resume_from, Some(5));
+    }
+}
