@@ -193,13 +193,17 @@ pub fn parse_duration(text: &str) -> Result<Duration, String> {
     }
     let mut nanos = 0f64;
     while !rest.is_empty() {
-        let number_len = rest.find(|c: char| !(c.is_ascii_digit() || c == '.')).unwrap_or(rest.len());
+        let number_len = rest
+            .find(|c: char| !(c.is_ascii_digit() || c == '.'))
+            .unwrap_or(rest.len());
         let (number, tail) = rest.split_at(number_len);
         if number.is_empty() || number == "." {
             return Err(invalid());
         }
         let value: f64 = number.parse().map_err(|_| invalid())?;
-        let unit_len = tail.find(|c: char| c.is_ascii_digit() || c == '.').unwrap_or(tail.len());
+        let unit_len = tail
+            .find(|c: char| c.is_ascii_digit() || c == '.')
+            .unwrap_or(tail.len());
         let (unit, tail) = tail.split_at(unit_len);
         let scale = match unit {
             "ns" => 1.0,
@@ -245,7 +249,10 @@ mod tests {
             assert!(parse_duration(bad).is_err(), "{bad:?} should be refused");
         }
         let config = parse(&["--experimental-watch-progress-notify-interval", "2s"]);
-        assert_eq!(config.experimental_watch_progress_notify_interval, Duration::from_secs(2));
+        assert_eq!(
+            config.experimental_watch_progress_notify_interval,
+            Duration::from_secs(2)
+        );
     }
 
     #[test]
@@ -255,7 +262,10 @@ mod tests {
         assert_eq!(config.data_dir(), PathBuf::from("default.etcd"));
         assert_eq!(config.max_txn_ops, 128);
         assert_eq!(config.max_request_bytes, 1572864);
-        assert_eq!(config.experimental_watch_progress_notify_interval, Duration::from_secs(600));
+        assert_eq!(
+            config.experimental_watch_progress_notify_interval,
+            Duration::from_secs(600)
+        );
         assert_eq!(
             socket_addr(&config.listen_client_urls[0]).unwrap(),
             "127.0.0.1:2379".parse().unwrap()

@@ -172,7 +172,7 @@ impl kv_api::Consensus for RaftConsensus {
     }
 
     fn has_leader(&self) -> bool {
-        self.raft().metrics().borrow().current_leader.is_some()
+        self.leader.clock.has_leader()
     }
 
     fn is_learner(&self) -> bool {

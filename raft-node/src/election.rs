@@ -12,7 +12,7 @@
 //! The same question tells a member that no longer hears from anyone whether it was removed from the
 //! cluster: the others answer [`PreVoteAnswer::Removed`], and the member stops, as etcd's does.
 
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -51,6 +51,9 @@ pub struct ElectionClock {
     idle_ticks: Arc<AtomicU64>,
     /// An election timeout in ticks.
     election_ticks: u64,
+    /// Set once an election timeout passed without a sign of the leader (etcd's pre-candidate, which
+    /// knows no leader), cleared by the next sign of one.
+    leader_lost: Arc<AtomicBool>,
     tick: Duration,
     removed: watch::Sender<bool>,
 }
@@ -64,6 +67,7 @@ impl ElectionClock {
             member_id,
             idle_ticks: Arc::new(AtomicU64::new(0)),
             election_ticks,
+            leader_lost: Arc::new(AtomicBool::new(false)),
             tick: heartbeat,
             removed,
         }
@@ -75,6 +79,12 @@ impl ElectionClock {
         if removed.wait_for(|r| *r).await.is_err() {
             std::future::pending::<()>().await;
         }
+    }
+
+    /// Whether this member knows a live leader. As in etcd, a member that went an election timeout without
+    /// hearing from its leader knows none, whatever openraft still remembers.
+    pub fn has_leader(&self) -> bool {
+        self.raft.metrics().borrow().current_leader.is_some() && !self.leader_lost.load(Ordering::Relaxed)
     }
 
     /// This member's answer to a pre-vote: granted when it has itself gone an election timeout without
@@ -128,6 +138,7 @@ impl ElectionClock {
             if seen != last_seen || metrics.state == ServerState::Leader {
                 last_seen = seen;
                 self.idle_ticks.store(0, Ordering::Relaxed);
+                self.leader_lost.store(false, Ordering::Relaxed);
                 continue;
             }
             let idle = self.idle_ticks.fetch_add(1, Ordering::Relaxed) + 1;
@@ -136,6 +147,7 @@ impl ElectionClock {
             }
             threshold = self.randomized_timeout();
             self.idle_ticks.store(0, Ordering::Relaxed);
+            self.leader_lost.store(true, Ordering::Relaxed);
             let (granted, removed) = self.pre_vote(&forwarder, &metrics).await;
             if removed {
                 self.removed.send_replace(true);

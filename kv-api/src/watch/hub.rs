@@ -237,7 +237,7 @@ impl WatchHub {
             }
             slot.signal.notify_one();
         }
-        state.notified = revision;
+        state.notified = state.notified.max(revision);
     }
 
     /// Takes the buffered events of `keys`; returns them with the hub's revision at that instant.

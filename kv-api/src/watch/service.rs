@@ -18,7 +18,7 @@ const REQUIRE_LEADER_KEY: &str = "hasleader";
 /// etcd cancels `hasleader` streams after this many leader checks in a row find no leader.
 const MAX_NO_LEADER_CHECKS: u32 = 3;
 /// Responses queued for a client before its stream waits (and its watchers fall back to the store).
-const OUTBOUND_QUEUE: usize = 16;
+const OUTBOUND_QUEUE: usize = 8;
 
 pub struct WatchService<C> {
     consensus: Arc<C>,

@@ -30,6 +30,9 @@ use crate::error::Error;
 /// bound, but clients do: the Rust client refuses messages over 4 MiB by default).
 const CATCH_UP_BYTES: usize = 1024 * 1024;
 
+/// How long the final status of a stream ended by the server waits for room in the outbound queue.
+const FINAL_STATUS_WAIT: std::time::Duration = std::time::Duration::from_secs(1);
+
 /// etcd's error texts for refused create requests (`mvcc/watcher.go`).
 const EMPTY_RANGE: &str = "mvcc: watcher range is empty";
 const DUPLICATE_ID: &str = "mvcc: duplicate watch ID provided on the WatchStream";
@@ -120,7 +123,9 @@ impl<C: Consensus> WatchStream<C> {
                     Ok(Some(req)) => Step::Request(req),
                     // A client that closed its side still gets events, as from etcd.
                     Ok(None) => Step::InboundClosed,
-                    Err(_) => Step::End(End::ClientGone),
+                    // A request the server cannot read (one over the size limit, say) ends the stream with
+                    // its status, as in etcd; a client that went away never reads it.
+                    Err(status) => Step::End(End::Status(status)),
                 },
                 () = signal.notified() => Step::Wake,
                 _ = ticker.tick() => Step::Tick,
@@ -144,7 +149,8 @@ impl<C: Consensus> WatchStream<C> {
             self.hub.unregister(watcher.key);
         }
         if let End::Status(status) = outcome {
-            let _ = self.out.send(Err(status)).await;
+            // A client that reads nothing must not keep the task (and a shutting-down server) waiting.
+            let _ = tokio::time::timeout(FINAL_STATUS_WAIT, self.out.send(Err(status))).await;
         }
     }
 

@@ -22,6 +22,7 @@ mod lease_expiry;
 mod maintenance;
 mod util;
 mod watch_client;
+mod watch_cluster;
 mod watch_etcdctl;
 mod watch_random;
 mod watch_util;

@@ -401,3 +401,54 @@ async fn timed_progress_notifications() -> anyhow::Result<()> {
     assert_eq!(next(&mut stream).await, "id=0 rev=3");
     Ok(())
 }
+
+#[tokio::test]
+async fn compaction_cancels_a_watcher_that_fell_behind() -> anyhow::Result<()> {
+    let member = Member::start().await?;
+    let mut client = member.client().await?;
+    // 30 revisions of 100 keys of 10 KiB: 30 MB, more than any buffer between the store and a client.
+    let value = "x".repeat(10 * 1024);
+    for t in 0..30 {
+        let ops: Vec<TxnOp> = (0..100)
+            .map(|i| TxnOp::put(format!("c/{i:03}"), format!("{t}{value}"), None))
+            .collect();
+        client.txn(Txn::new().and_then(ops)).await?; // 2..=31
+    }
+    let mut stream = member
+        .client()
+        .await?
+        .watch_client()
+        .max_decoding_message_size(usize::MAX)
+        .watch("c/", Some(WatchOptions::new().with_prefix().with_start_revision(2)))
+        .await?;
+    // Not read: the watcher is somewhere in its catch-up when the history goes.
+    tokio::time::sleep(QUIET).await;
+    client.compact(31, None).await?;
+
+    assert_eq!(next(&mut stream).await, "id=0 created rev=31");
+    let mut expected_rev = 2;
+    let canceled = loop {
+        let resp = recv(&mut stream).await;
+        if resp.canceled() {
+            break Some(describe(&resp));
+        }
+        for event in resp.events() {
+            let rev = event.kv().map_or(0, |kv| kv.mod_revision());
+            assert!(
+                rev == expected_rev || rev == expected_rev + 1,
+                "{rev} after {expected_rev}"
+            );
+            expected_rev = rev;
+        }
+        if expected_rev == 31 {
+            assert_eq!(within(&mut stream, QUIET).await, None, "a watcher that caught up stays");
+            break None;
+        }
+    };
+    match canceled {
+        Some(canceled) => assert_eq!(canceled, "id=0 canceled compact=31 rev=0"),
+        // etcd may have sent the whole history in one response before the compaction.
+        None => assert_eq!(member.kind(), tests::ServerKind::Etcd, "the watcher was not cancelled"),
+    }
+    Ok(())
+}

@@ -230,11 +230,11 @@ async fn history_session(member: Member) -> anyhow::Result<String> {
 
     let endpoint = member.endpoint();
     let json = CtlWatch::start(&endpoint, &["--prefix", "/registry", "--rev", "1", "-w", "json"]).await?;
-    let foo = CtlWatch::start(&endpoint, &["foo", "--rev", "3", "--prev-kv"]).await?;
+    let single = CtlWatch::start(&endpoint, &["foo", "--rev", "3", "--prev-kv"]).await?;
     let range = CtlWatch::start(&endpoint, &["/registry/a", "/registry/c", "--rev", "2"]).await?;
     // Catch-up: one JSON line; foo@5 and foo@7 with prev_kv; a and b put then deleted.
     json.wait_lines(1).await?;
-    foo.wait_lines(10).await?;
+    single.wait_lines(10).await?;
     range.wait_lines(12).await?;
 
     ctl(&member, &["put", "/registry/b", "2"]).await?; // 8
@@ -242,12 +242,12 @@ async fn history_session(member: Member) -> anyhow::Result<String> {
     range.wait_lines(15).await?;
     txn(&member, "\nput foo 4\nput /registry/a 5\ndel /registry/c\n\n\n").await?; // 9
     json.wait_lines(3).await?;
-    foo.wait_lines(15).await?;
+    single.wait_lines(15).await?;
     range.wait_lines(18).await?;
     ctl(&member, &["compaction", "9"]).await?;
     ctl(&member, &["del", "foo"]).await?; // 10
     json.wait_lines(3).await?;
-    foo.wait_lines(20).await?;
+    single.wait_lines(20).await?;
 
     // A watcher from a compacted revision.
     let compacted = tokio::time::timeout(OUTPUT_TIMEOUT, member.etcdctl(&["watch", "foo", "--rev", "5"]))
@@ -257,7 +257,7 @@ async fn history_session(member: Member) -> anyhow::Result<String> {
         "--- watch --prefix /registry --rev 1 -w json\n{}--- watch foo --rev 3 --prev-kv\n{}\
          --- watch /registry/a /registry/c --rev 2\n{}--- watch foo --rev 5 (compacted)\n{}stderr: {}\nexit: {:?}\n",
         masks.apply(&json.output()),
-        foo.output(),
+        single.output(),
         range.output(),
         compacted.stdout,
         compacted
