@@ -120,10 +120,6 @@ impl Backend for MemBackend {
     }
 
     fn size_bytes(&self) -> u64 {
-        self.buckets
-            .read()
-            .iter()
-            .map(|((_, k), v)| (k.len() + v.len()) as u64)
-            .sum()
+        self.buckets.read().iter().map(|((_, k), v)| (k.len() + v.len()) as u64).sum()
     }
 }

@@ -112,53 +112,17 @@ mod tests {
     #[test]
     fn statuses_carry_etcd_codes_and_texts() {
         let cases = [
-            (
-                Error::EmptyKey,
-                Code::InvalidArgument,
-                "etcdserver: key is not provided",
-            ),
-            (
-                Error::Compacted,
-                Code::OutOfRange,
-                "etcdserver: mvcc: required revision has been compacted",
-            ),
-            (
-                Error::FutureRevision,
-                Code::OutOfRange,
-                "etcdserver: mvcc: required revision is a future revision",
-            ),
-            (
-                Error::TooManyOps,
-                Code::InvalidArgument,
-                "etcdserver: too many operations in txn request",
-            ),
-            (
-                Error::DuplicateKey,
-                Code::InvalidArgument,
-                "etcdserver: duplicate key given in txn request",
-            ),
-            (
-                Error::RequestTooLarge,
-                Code::InvalidArgument,
-                "etcdserver: request is too large",
-            ),
-            (
-                Error::LeaseNotFound,
-                Code::NotFound,
-                "etcdserver: requested lease not found",
-            ),
+            (Error::EmptyKey, Code::InvalidArgument, "etcdserver: key is not provided"),
+            (Error::Compacted, Code::OutOfRange, "etcdserver: mvcc: required revision has been compacted"),
+            (Error::FutureRevision, Code::OutOfRange, "etcdserver: mvcc: required revision is a future revision"),
+            (Error::TooManyOps, Code::InvalidArgument, "etcdserver: too many operations in txn request"),
+            (Error::DuplicateKey, Code::InvalidArgument, "etcdserver: duplicate key given in txn request"),
+            (Error::RequestTooLarge, Code::InvalidArgument, "etcdserver: request is too large"),
+            (Error::LeaseNotFound, Code::NotFound, "etcdserver: requested lease not found"),
             (Error::NoLeader, Code::Unavailable, "etcdserver: no leader"),
             (Error::MemberNotFound, Code::NotFound, "etcdserver: member not found"),
-            (
-                Error::PeerUrlExists,
-                Code::FailedPrecondition,
-                "etcdserver: Peer URLs already exists",
-            ),
-            (
-                Error::MemberNotLearner,
-                Code::FailedPrecondition,
-                "etcdserver: can only promote a learner member",
-            ),
+            (Error::PeerUrlExists, Code::FailedPrecondition, "etcdserver: Peer URLs already exists"),
+            (Error::MemberNotLearner, Code::FailedPrecondition, "etcdserver: can only promote a learner member"),
         ];
         for (err, code, text) in cases {
             let status = Status::from(err);

@@ -59,10 +59,7 @@ impl TreeIndex {
     }
 
     pub fn restore(&mut self, key: &[u8], created: Revision, rev: Revision, version: i64) {
-        self.keys
-            .entry(key.to_vec())
-            .or_default()
-            .restore(created, rev, version);
+        self.keys.entry(key.to_vec()).or_default().restore(created, rev, version);
     }
 
     pub fn restore_tombstone(&mut self, key: &[u8], rev: Revision) {
@@ -82,23 +79,13 @@ impl TreeIndex {
 
     /// Keys of `range` alive at `at`, in key order, each with where it stood then.
     pub fn range(&self, range: KeyRange<'_>, at: i64) -> impl Iterator<Item = (&[u8], KeyAt)> + '_ {
-        let iter = if range.is_void() {
-            None
-        } else {
-            Some(self.keys.range::<[u8], _>(range.bounds()))
-        };
-        iter.into_iter()
-            .flatten()
-            .filter_map(move |(key, ki)| ki.get(at).map(|found| (key.as_slice(), found)))
+        let iter = if range.is_void() { None } else { Some(self.keys.range::<[u8], _>(range.bounds())) };
+        iter.into_iter().flatten().filter_map(move |(key, ki)| ki.get(at).map(|found| (key.as_slice(), found)))
     }
 
     /// Keys of `range` with their whole index, dead or alive; for watchers replaying history.
     pub fn range_indexes(&self, range: KeyRange<'_>) -> impl Iterator<Item = (&[u8], &KeyIndex)> + '_ {
-        let iter = if range.is_void() {
-            None
-        } else {
-            Some(self.keys.range::<[u8], _>(range.bounds()))
-        };
+        let iter = if range.is_void() { None } else { Some(self.keys.range::<[u8], _>(range.bounds())) };
         iter.into_iter().flatten().map(|(key, ki)| (key.as_slice(), ki))
     }
 
@@ -133,10 +120,7 @@ mod tests {
     }
 
     fn keys_at(index: &TreeIndex, start: &[u8], end: &[u8], at: i64) -> Vec<Vec<u8>> {
-        index
-            .range(KeyRange::new(start, end), at)
-            .map(|(k, _)| k.to_vec())
-            .collect()
+        index.range(KeyRange::new(start, end), at).map(|(k, _)| k.to_vec()).collect()
     }
 
     #[test]

@@ -74,17 +74,13 @@ pub struct KeyIndex {
 
 impl Default for KeyIndex {
     fn default() -> Self {
-        Self {
-            generations: vec![Generation::default()],
-        }
+        Self { generations: vec![Generation::default()] }
     }
 }
 
 impl KeyIndex {
     fn current(&mut self) -> &mut Generation {
-        self.generations
-            .last_mut()
-            .expect("a key index always has a current generation")
+        self.generations.last_mut().expect("a key index always has a current generation")
     }
 
     /// True while the key's current life has started and not ended.
@@ -227,24 +223,13 @@ mod tests {
     }
 
     fn at(modified: i64, created: i64, version: i64) -> Option<KeyAt> {
-        Some(KeyAt {
-            modified: rev(modified),
-            created: rev(created),
-            version,
-        })
+        Some(KeyAt { modified: rev(modified), created: rev(created), version })
     }
 
     #[test]
     fn reads_follow_generations() {
         let ki = example();
-        let cases = [
-            (1, None),
-            (2, at(2, 2, 1)),
-            (3, at(3, 2, 2)),
-            (4, None),
-            (5, at(5, 5, 1)),
-            (6, at(5, 5, 1)),
-        ];
+        let cases = [(1, None), (2, at(2, 2, 1)), (3, at(3, 2, 2)), (4, None), (5, at(5, 5, 1)), (6, at(5, 5, 1))];
         for (read_at, want) in cases {
             assert_eq!(ki.get(read_at), want, "read at {read_at}");
         }
@@ -282,11 +267,7 @@ mod tests {
             assert_eq!(empty, empty_want);
             // Every read at or after the compaction point answers as before.
             for read_at in compact_at..9 {
-                assert_eq!(
-                    ki.get(read_at),
-                    example().get(read_at),
-                    "compact {compact_at}, read {read_at}"
-                );
+                assert_eq!(ki.get(read_at), example().get(read_at), "compact {compact_at}, read {read_at}");
             }
         }
     }
@@ -315,10 +296,7 @@ mod tests {
     #[test]
     fn revisions_after_marks_tombstones() {
         let ki = example();
-        assert_eq!(
-            ki.revisions_after(3),
-            vec![(rev(4), true), (rev(5), false), (rev(7), false)]
-        );
+        assert_eq!(ki.revisions_after(3), vec![(rev(4), true), (rev(5), false), (rev(7), false)]);
         assert_eq!(ki.revisions_after(7), vec![]);
     }
 }

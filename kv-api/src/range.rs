@@ -74,10 +74,5 @@ pub(crate) fn finish(req: &pb::RangeRequest, mut kvs: Vec<KeyValue>) -> pb::Rang
             kv.value.clear();
         }
     }
-    pb::RangeResponse {
-        header: None,
-        kvs,
-        more,
-        count: 0,
-    }
+    pb::RangeResponse { header: None, kvs, more, count: 0 }
 }

@@ -45,19 +45,9 @@ mod tests {
 
     #[test]
     fn byte_order_is_revision_order() {
-        let revs = [
-            Revision::new(1, 0),
-            Revision::new(1, 5),
-            Revision::new(2, 0),
-            Revision::new(256, 1),
-        ];
+        let revs = [Revision::new(1, 0), Revision::new(1, 5), Revision::new(2, 0), Revision::new(256, 1)];
         for pair in revs.windows(2) {
-            assert!(
-                pair[0].to_bytes() < pair[1].to_bytes(),
-                "{:?} vs {:?}",
-                pair[0],
-                pair[1]
-            );
+            assert!(pair[0].to_bytes() < pair[1].to_bytes(), "{:?} vs {:?}", pair[0], pair[1]);
         }
         for rev in revs {
             assert_eq!(Revision::from_bytes(&rev.to_bytes()), Some(rev));

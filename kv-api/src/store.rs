@@ -42,9 +42,7 @@ fn encode_entry(tombstone: bool, kv: &KeyValue) -> Vec<u8> {
 }
 
 fn decode_entry(bytes: &[u8]) -> Result<(bool, KeyValue)> {
-    let (kind, rest) = bytes
-        .split_first()
-        .ok_or_else(|| Error::Internal("empty key bucket entry".into()))?;
+    let (kind, rest) = bytes.split_first().ok_or_else(|| Error::Internal("empty key bucket entry".into()))?;
     let kv = KeyValue::decode(rest).map_err(|e| Error::Internal(format!("corrupt key bucket entry: {e}")))?;
     Ok((*kind == ENTRY_TOMBSTONE, kv))
 }
@@ -89,10 +87,7 @@ pub struct MvccStore {
 
 impl std::fmt::Debug for MvccStore {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("MvccStore")
-            .field("current", &self.current)
-            .field("compacted", &self.compacted)
-            .finish()
+        f.debug_struct("MvccStore").field("current", &self.current).field("compacted", &self.compacted).finish()
     }
 }
 
@@ -252,10 +247,7 @@ impl MvccStore {
     }
 
     fn begin(&self) -> WriteTxn {
-        WriteTxn {
-            begin: self.current,
-            changes: 0,
-        }
+        WriteTxn { begin: self.current, changes: 0 }
     }
 
     fn end(&mut self, txn: WriteTxn) -> i64 {
@@ -332,15 +324,9 @@ impl MvccStore {
                 }
                 None => continue,
             };
-            responses.push(pb::ResponseOp {
-                response: Some(response),
-            });
+            responses.push(pb::ResponseOp { response: Some(response) });
         }
-        Ok(pb::TxnResponse {
-            header: None,
-            succeeded,
-            responses,
-        })
+        Ok(pb::TxnResponse { header: None, succeeded, responses })
     }
 
     fn run_read_only(&self, req: &pb::TxnRequest, path: &mut impl Iterator<Item = bool>) -> Result<pb::TxnResponse> {
@@ -362,15 +348,9 @@ impl MvccStore {
                 }
                 None => continue,
             };
-            responses.push(pb::ResponseOp {
-                response: Some(response),
-            });
+            responses.push(pb::ResponseOp { response: Some(response) });
         }
-        Ok(pb::TxnResponse {
-            header: None,
-            succeeded,
-            responses,
-        })
+        Ok(pb::TxnResponse { header: None, succeeded, responses })
     }
 
     /// The key as a read at `at` sees it, with its value.
@@ -383,10 +363,7 @@ impl MvccStore {
 
     /// Every key of `range` alive at `at`, with values.
     pub(crate) fn kvs_at(&self, range: KeyRange<'_>, at: i64) -> Result<Vec<KeyValue>> {
-        self.index
-            .range(range, at)
-            .map(|(_, found)| self.kv_at(found.modified))
-            .collect()
+        self.index.range(range, at).map(|(_, found)| self.kv_at(found.modified)).collect()
     }
 
     fn put(&mut self, txn: &mut WriteTxn, req: &pb::PutRequest) -> Result<pb::PutResponse> {
@@ -411,22 +388,12 @@ impl MvccStore {
             Some(found) => (found.created.main, found.version + 1),
             None => (rev.main, 1),
         };
-        let kv = KeyValue {
-            key: req.key.clone(),
-            create_revision,
-            mod_revision: rev.main,
-            version,
-            value,
-            lease,
-        };
+        let kv = KeyValue { key: req.key.clone(), create_revision, mod_revision: rev.main, version, value, lease };
         self.leases.attach(&req.key, kv.lease);
         self.stage(rev, false, kv);
         self.index.put(&req.key, rev);
         txn.changes += 1;
-        Ok(pb::PutResponse {
-            header: Some(revision_header(rev.main)),
-            prev_kv: if req.prev_kv { prev } else { None },
-        })
+        Ok(pb::PutResponse { header: Some(revision_header(rev.main)), prev_kv: if req.prev_kv { prev } else { None } })
     }
 
     fn delete_range(&mut self, txn: &mut WriteTxn, req: &pb::DeleteRangeRequest) -> Result<pb::DeleteRangeResponse> {
@@ -444,17 +411,9 @@ impl MvccStore {
     fn delete_keys(&mut self, txn: &mut WriteTxn, victims: &[KeyValue]) {
         for victim in victims {
             let rev = Revision::new(txn.begin + 1, txn.changes);
-            let tombstone = KeyValue {
-                key: victim.key.clone(),
-                mod_revision: rev.main,
-                ..Default::default()
-            };
+            let tombstone = KeyValue { key: victim.key.clone(), mod_revision: rev.main, ..Default::default() };
             if !self.index.tombstone(&victim.key, rev) {
-                panic!(
-                    "key {:?} listed alive at {} but cannot be deleted",
-                    victim.key,
-                    txn.read_rev()
-                );
+                panic!("key {:?} listed alive at {} but cannot be deleted", victim.key, txn.read_rev());
             }
             self.leases.attach(&victim.key, 0);
             self.stage(rev, true, tombstone);
@@ -541,11 +500,8 @@ impl MvccStore {
             self.batch.delete(Bucket::Key, rev.to_bytes());
         }
         self.compacted = req.revision;
-        self.batch
-            .put(Bucket::Meta, META_COMPACT_REV, req.revision.to_be_bytes());
-        Ok(pb::CompactionResponse {
-            header: Some(revision_header(self.current)),
-        })
+        self.batch.put(Bucket::Meta, META_COMPACT_REV, req.revision.to_be_bytes());
+        Ok(pb::CompactionResponse { header: Some(revision_header(self.current)) })
     }
 
     /// Stages a bookkeeping value to be written atomically with the next commit.
@@ -593,9 +549,7 @@ impl MvccStore {
 }
 
 fn decode_i64(bytes: &[u8]) -> Result<i64> {
-    let arr: [u8; 8] = bytes
-        .try_into()
-        .map_err(|_| Error::Internal("corrupt meta revision".into()))?;
+    let arr: [u8; 8] = bytes.try_into().map_err(|_| Error::Internal("corrupt meta revision".into()))?;
     Ok(i64::from_be_bytes(arr))
 }
 
@@ -606,8 +560,5 @@ fn event(tombstone: bool, kv: KeyValue) -> Event {
 
 /// A header carrying only a revision, as apply produces (the service fills in the rest).
 pub(crate) fn revision_header(revision: i64) -> pb::ResponseHeader {
-    pb::ResponseHeader {
-        revision,
-        ..Default::default()
-    }
+    pb::ResponseHeader { revision, ..Default::default() }
 }

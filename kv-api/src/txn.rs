@@ -118,11 +118,7 @@ fn check_branch<'a>(
     puts: bool,
     from_key_deletes: &mut Vec<&'a [u8]>,
 ) -> Result<()> {
-    let ops = if path.next().unwrap_or(false) {
-        &req.success
-    } else {
-        &req.failure
-    };
+    let ops = if path.next().unwrap_or(false) { &req.success } else { &req.failure };
     for op in ops {
         match &op.request {
             Some(Request::RequestTxn(inner)) => check_branch(store, inner, path, at, puts, from_key_deletes)?,

@@ -17,10 +17,7 @@ pub struct Limits {
 
 impl Default for Limits {
     fn default() -> Self {
-        Self {
-            max_txn_ops: 128,
-            max_request_bytes: 1536 * 1024,
-        }
+        Self { max_txn_ops: 128, max_request_bytes: 1536 * 1024 }
     }
 }
 
@@ -104,10 +101,7 @@ fn check_intervals(ops: &[pb::RequestOp]) -> Result<(HashSet<Vec<u8>>, Vec<Delet
     let mut dels: Vec<Deleted> = ops
         .iter()
         .filter_map(|op| match &op.request {
-            Some(Request::RequestDeleteRange(d)) => Some(Deleted {
-                start: d.key.clone(),
-                end: d.range_end.clone(),
-            }),
+            Some(Request::RequestDeleteRange(d)) => Some(Deleted { start: d.key.clone(), end: d.range_end.clone() }),
             _ => None,
         })
         .collect();
@@ -160,43 +154,22 @@ mod tests {
     use super::*;
 
     fn put(key: &str) -> pb::RequestOp {
-        let put = pb::PutRequest {
-            key: key.into(),
-            ..Default::default()
-        };
-        pb::RequestOp {
-            request: Some(Request::RequestPut(put)),
-        }
+        let put = pb::PutRequest { key: key.into(), ..Default::default() };
+        pb::RequestOp { request: Some(Request::RequestPut(put)) }
     }
 
     fn del(key: &str, end: &str) -> pb::RequestOp {
-        let del = pb::DeleteRangeRequest {
-            key: key.into(),
-            range_end: end.into(),
-            ..Default::default()
-        };
-        pb::RequestOp {
-            request: Some(Request::RequestDeleteRange(del)),
-        }
+        let del = pb::DeleteRangeRequest { key: key.into(), range_end: end.into(), ..Default::default() };
+        pb::RequestOp { request: Some(Request::RequestDeleteRange(del)) }
     }
 
     fn nested(success: Vec<pb::RequestOp>, failure: Vec<pb::RequestOp>) -> pb::RequestOp {
-        let txn = pb::TxnRequest {
-            compare: vec![],
-            success,
-            failure,
-        };
-        pb::RequestOp {
-            request: Some(Request::RequestTxn(txn)),
-        }
+        let txn = pb::TxnRequest { compare: vec![], success, failure };
+        pb::RequestOp { request: Some(Request::RequestTxn(txn)) }
     }
 
     fn txn(success: Vec<pb::RequestOp>) -> pb::TxnRequest {
-        pb::TxnRequest {
-            compare: vec![],
-            success,
-            failure: vec![],
-        }
+        pb::TxnRequest { compare: vec![], success, failure: vec![] }
     }
 
     #[test]
@@ -210,21 +183,9 @@ mod tests {
             ("from-key delete is literal", vec![del("a", "\0"), put("b")], true),
             ("overlapping deletes", vec![del("a", "c"), del("b", "")], true),
             ("distinct puts", vec![put("a"), put("b")], true),
-            (
-                "nested branches may repeat",
-                vec![nested(vec![put("a")], vec![put("a")])],
-                true,
-            ),
-            (
-                "nested repeats outer",
-                vec![put("a"), nested(vec![put("a")], vec![])],
-                false,
-            ),
-            (
-                "nested put in outer delete",
-                vec![del("a", ""), nested(vec![], vec![put("a")])],
-                false,
-            ),
+            ("nested branches may repeat", vec![nested(vec![put("a")], vec![put("a")])], true),
+            ("nested repeats outer", vec![put("a"), nested(vec![put("a")], vec![])], false),
+            ("nested put in outer delete", vec![del("a", ""), nested(vec![], vec![put("a")])], false),
         ];
         for (name, ops, ok) in cases {
             let got = check_txn(&txn(ops), &Limits::default());
@@ -237,14 +198,8 @@ mod tests {
 
     #[test]
     fn op_limits_and_empty_keys() {
-        let limits = Limits {
-            max_txn_ops: 2,
-            ..Default::default()
-        };
-        assert_eq!(
-            check_txn(&txn(vec![put("a"), put("b"), put("c")]), &limits),
-            Err(Error::TooManyOps)
-        );
+        let limits = Limits { max_txn_ops: 2, ..Default::default() };
+        assert_eq!(check_txn(&txn(vec![put("a"), put("b"), put("c")]), &limits), Err(Error::TooManyOps));
         assert_eq!(check_txn(&txn(vec![put("a"), put("b")]), &limits), Ok(()));
         assert_eq!(check_txn(&txn(vec![put("")]), &limits), Err(Error::EmptyKey));
         let empty_op = pb::RequestOp { request: None };
@@ -256,27 +211,14 @@ mod tests {
 
     #[test]
     fn put_flags() {
-        let mut req = pb::PutRequest {
-            key: b"k".to_vec(),
-            value: b"v".to_vec(),
-            ignore_value: true,
-            ..Default::default()
-        };
+        let mut req =
+            pb::PutRequest { key: b"k".to_vec(), value: b"v".to_vec(), ignore_value: true, ..Default::default() };
         assert_eq!(check_put(&req), Err(Error::ValueProvided));
         req.value.clear();
         assert_eq!(check_put(&req), Ok(()));
         req.ignore_lease = true;
         req.lease = 5;
         assert_eq!(check_put(&req), Err(Error::LeaseProvided));
-        assert_eq!(
-            check_size(
-                10,
-                &Limits {
-                    max_request_bytes: 9,
-                    max_txn_ops: 1
-                }
-            ),
-            Err(Error::RequestTooLarge)
-        );
+        assert_eq!(check_size(10, &Limits { max_request_bytes: 9, max_txn_ops: 1 }), Err(Error::RequestTooLarge));
     }
 }

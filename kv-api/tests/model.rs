@@ -33,10 +33,7 @@ const VALUES: [&str; 4] = ["", "x", "y", "z"];
 type State = BTreeMap<Vec<u8>, KeyValue>;
 
 fn header(revision: i64) -> Option<pb::ResponseHeader> {
-    Some(pb::ResponseHeader {
-        revision,
-        ..Default::default()
-    })
+    Some(pb::ResponseHeader { revision, ..Default::default() })
 }
 
 /// etcd's key-range forms: empty end is one key, `\0` end is every key from `start`, else `[start, end)`.
@@ -135,12 +132,7 @@ impl Model {
         if req.keys_only {
             kvs.iter_mut().for_each(|kv| kv.value.clear());
         }
-        Ok(pb::RangeResponse {
-            header: header(current),
-            kvs,
-            more,
-            count,
-        })
+        Ok(pb::RangeResponse { header: header(current), kvs, more, count })
     }
 
     fn range(&self, req: &pb::RangeRequest) -> Result<pb::RangeResponse, Error> {
@@ -156,9 +148,7 @@ impl Model {
             return Err(Error::FutureRevision);
         }
         self.compacted = rev;
-        Ok(pb::CompactionResponse {
-            header: header(self.current()),
-        })
+        Ok(pb::CompactionResponse { header: header(self.current()) })
     }
 
     /// Main revisions of the entries the key bucket must hold: the value of each key alive at the compacted
@@ -214,9 +204,7 @@ impl Model {
         match cmd {
             Command::Put(req) => {
                 let txn = pb::TxnRequest {
-                    success: vec![pb::RequestOp {
-                        request: Some(Request::RequestPut(req.clone())),
-                    }],
+                    success: vec![pb::RequestOp { request: Some(Request::RequestPut(req.clone())) }],
                     ..Default::default()
                 };
                 let mut resp = self.txn(&txn)?;
@@ -327,12 +315,7 @@ impl<'m> Writer<'m> {
     fn new(model: &'m mut Model) -> Self {
         let begin = model.current();
         let state = model.state(begin).clone();
-        Self {
-            model,
-            begin,
-            state,
-            changes: 0,
-        }
+        Self { model, begin, state, changes: 0 }
     }
 
     /// Reads inside the write see its changes once it made some.
@@ -362,19 +345,12 @@ impl<'m> Writer<'m> {
             create_revision: prev.as_ref().map_or(rev, |p| p.create_revision),
             mod_revision: rev,
             version: prev.as_ref().map_or(1, |p| p.version + 1),
-            value: if req.ignore_value {
-                old().value
-            } else {
-                req.value.clone()
-            },
+            value: if req.ignore_value { old().value } else { req.value.clone() },
             lease: if req.ignore_lease { old().lease } else { req.lease },
         };
         self.state.insert(req.key.clone(), kv);
         self.changes += 1;
-        pb::PutResponse {
-            header: header(rev),
-            prev_kv: prev.filter(|_| req.prev_kv),
-        }
+        pb::PutResponse { header: header(rev), prev_kv: prev.filter(|_| req.prev_kv) }
     }
 
     fn delete(&mut self, req: &pb::DeleteRangeRequest) -> pb::DeleteRangeResponse {
@@ -407,15 +383,9 @@ impl<'m> Writer<'m> {
                     Response::ResponseTxn(inner)
                 }
             };
-            responses.push(pb::ResponseOp {
-                response: Some(response),
-            });
+            responses.push(pb::ResponseOp { response: Some(response) });
         }
-        pb::TxnResponse {
-            header: None,
-            succeeded,
-            responses,
-        }
+        pb::TxnResponse { header: None, succeeded, responses }
     }
 }
 
@@ -439,10 +409,7 @@ impl Gen {
         match self.rng.gen_range(0..10) {
             0..=3 => (self.key(), Vec::new()),
             4 | 5 => {
-                let prefix = ["a", "a/", "b", "c", "c/"]
-                    .choose(&mut self.rng)
-                    .expect("non-empty")
-                    .as_bytes();
+                let prefix = ["a", "a/", "b", "c", "c/"].choose(&mut self.rng).expect("non-empty").as_bytes();
                 let mut end = prefix.to_vec();
                 *end.last_mut().expect("non-empty") += 1;
                 (prefix.to_vec(), end)
@@ -481,16 +448,8 @@ impl Gen {
     }
 
     fn delete(&mut self) -> pb::DeleteRangeRequest {
-        let (key, range_end) = if self.rng.gen_bool(0.5) {
-            (self.key(), Vec::new())
-        } else {
-            self.key_range()
-        };
-        pb::DeleteRangeRequest {
-            key,
-            range_end,
-            prev_kv: self.rng.gen_bool(0.5),
-        }
+        let (key, range_end) = if self.rng.gen_bool(0.5) { (self.key(), Vec::new()) } else { self.key_range() };
+        pb::DeleteRangeRequest { key, range_end, prev_kv: self.rng.gen_bool(0.5) }
     }
 
     /// A range with random options at a random revision: mostly readable ones, sometimes compacted or future.
@@ -501,12 +460,7 @@ impl Gen {
             1 if compacted > 1 => self.rng.gen_range(1..compacted),
             _ => self.revision(compacted.max(1), current),
         };
-        let mut req = pb::RangeRequest {
-            key,
-            range_end,
-            revision,
-            ..Default::default()
-        };
+        let mut req = pb::RangeRequest { key, range_end, revision, ..Default::default() };
         if self.rng.gen_bool(0.4) {
             req.limit = self.rng.gen_range(-1..5);
         }
@@ -532,11 +486,7 @@ impl Gen {
 
     fn compare(&mut self, current: i64) -> pb::Compare {
         use TargetUnion as U;
-        let (key, range_end) = if self.rng.gen_bool(0.7) {
-            (self.key(), Vec::new())
-        } else {
-            self.key_range()
-        };
+        let (key, range_end) = if self.rng.gen_bool(0.7) { (self.key(), Vec::new()) } else { self.key_range() };
         let target = self.rng.gen_range(0..5);
         let rev = self.rng.gen_range(0..=current + 1);
         let mut operand = match CompareTarget::try_from(target).expect("a target") {
@@ -584,11 +534,7 @@ impl Gen {
         };
         let success = ops(self);
         let failure = ops(self);
-        pb::TxnRequest {
-            compare,
-            success,
-            failure,
-        }
+        pb::TxnRequest { compare, success, failure }
     }
 }
 
@@ -605,11 +551,7 @@ impl Ctx {
         }
         let (s, m) = (format!("{store:#?}"), format!("{model:#?}"));
         let (s_lines, m_lines): (Vec<&str>, Vec<&str>) = (s.lines().collect(), m.lines().collect());
-        let first = s_lines
-            .iter()
-            .zip(&m_lines)
-            .position(|(a, b)| a != b)
-            .unwrap_or(s_lines.len().min(m_lines.len()));
+        let first = s_lines.iter().zip(&m_lines).position(|(a, b)| a != b).unwrap_or(s_lines.len().min(m_lines.len()));
         let context = m_lines[first.saturating_sub(6)..first.min(m_lines.len())].join("\n");
         panic!(
             "seed {} step {}: {what} differs (replay with MODEL_SEED={})\nrequest: {request:?}\n\
@@ -646,9 +588,7 @@ struct Tally {
 }
 
 fn run(seed: u64) -> Tally {
-    let mut gen = Gen {
-        rng: StdRng::seed_from_u64(seed),
-    };
+    let mut gen = Gen { rng: StdRng::seed_from_u64(seed) };
     let mut backend = Arc::new(MemBackend::default());
     let mut store = MvccStore::open(backend.clone()).expect("open");
     // The leases the generated puts use (granting takes no revision, so the model need not know).
@@ -699,21 +639,11 @@ fn run(seed: u64) -> Tally {
         tally.errors += usize::from(want.is_err());
         tally.compactions += usize::from(matches!((&cmd, &want), (Command::Compact(_), Ok(_))));
         ctx.check("current revision", &cmd, &store.current_revision(), &model.current());
-        ctx.check(
-            "compacted revision",
-            &cmd,
-            &store.compacted_revision(),
-            &model.compacted,
-        );
+        ctx.check("compacted revision", &cmd, &store.compacted_revision(), &model.compacted);
 
         if gen.rng.gen_bool(0.3) {
             store.commit().expect("commit");
-            ctx.check(
-                "stored revisions",
-                &"commit",
-                &stored_revisions(&store),
-                &model.stored_revisions(),
-            );
+            ctx.check("stored revisions", &"commit", &stored_revisions(&store), &model.stored_revisions());
             match gen.rng.gen_range(0..100) {
                 0..=1 => {
                     store = MvccStore::open(backend.clone()).expect("reopen");
@@ -729,18 +659,8 @@ fn run(seed: u64) -> Tally {
                 }
                 _ => {}
             }
-            ctx.check(
-                "current revision after reopen",
-                &"reopen",
-                &store.current_revision(),
-                &model.current(),
-            );
-            ctx.check(
-                "compacted revision after reopen",
-                &"reopen",
-                &store.compacted_revision(),
-                &model.compacted,
-            );
+            ctx.check("current revision after reopen", &"reopen", &store.current_revision(), &model.current());
+            ctx.check("compacted revision after reopen", &"reopen", &store.compacted_revision(), &model.compacted);
         }
 
         for _ in 0..2 {

@@ -35,14 +35,7 @@ fn with<T>(mut value: T, f: impl FnOnce(&mut T)) -> T {
 }
 
 fn kv(key: &str, value: &str, create_revision: i64, mod_revision: i64, version: i64) -> KeyValue {
-    KeyValue {
-        key: key.into(),
-        value: value.into(),
-        create_revision,
-        mod_revision,
-        version,
-        lease: 0,
-    }
+    KeyValue { key: key.into(), value: value.into(), create_revision, mod_revision, version, lease: 0 }
 }
 
 fn leased(kv: KeyValue, lease: i64) -> KeyValue {
@@ -50,27 +43,15 @@ fn leased(kv: KeyValue, lease: i64) -> KeyValue {
 }
 
 fn put_req(key: &str, value: &str) -> pb::PutRequest {
-    pb::PutRequest {
-        key: key.into(),
-        value: value.into(),
-        ..Default::default()
-    }
+    pb::PutRequest { key: key.into(), value: value.into(), ..Default::default() }
 }
 
 fn del_req(key: &str, range_end: &str) -> pb::DeleteRangeRequest {
-    pb::DeleteRangeRequest {
-        key: key.into(),
-        range_end: range_end.into(),
-        ..Default::default()
-    }
+    pb::DeleteRangeRequest { key: key.into(), range_end: range_end.into(), ..Default::default() }
 }
 
 fn range_req(key: &str, range_end: &str) -> pb::RangeRequest {
-    pb::RangeRequest {
-        key: key.into(),
-        range_end: range_end.into(),
-        ..Default::default()
-    }
+    pb::RangeRequest { key: key.into(), range_end: range_end.into(), ..Default::default() }
 }
 
 fn all_keys() -> pb::RangeRequest {
@@ -82,11 +63,7 @@ fn range_at(revision: i64) -> pb::RangeRequest {
 }
 
 fn txn_req(compare: Vec<pb::Compare>, success: Vec<pb::RequestOp>, failure: Vec<pb::RequestOp>) -> pb::TxnRequest {
-    pb::TxnRequest {
-        compare,
-        success,
-        failure,
-    }
+    pb::TxnRequest { compare, success, failure }
 }
 
 fn op(request: Request) -> pb::RequestOp {
@@ -120,10 +97,7 @@ fn cmp(key: &str, target: CompareTarget, result: CompareResult, operand: Option<
 }
 
 fn header(revision: i64) -> Option<pb::ResponseHeader> {
-    Some(pb::ResponseHeader {
-        revision,
-        ..Default::default()
-    })
+    Some(pb::ResponseHeader { revision, ..Default::default() })
 }
 
 fn put(store: &mut MvccStore, req: pb::PutRequest) -> pb::PutResponse {
@@ -157,15 +131,11 @@ fn range(store: &MvccStore, req: pb::RangeRequest) -> pb::RangeResponse {
 }
 
 fn get(store: &MvccStore, key: &str, revision: i64) -> Option<KeyValue> {
-    range(store, with(range_req(key, ""), |r| r.revision = revision))
-        .kvs
-        .pop()
+    range(store, with(range_req(key, ""), |r| r.revision = revision)).kvs.pop()
 }
 
 fn keys(kvs: &[KeyValue]) -> Vec<String> {
-    kvs.iter()
-        .map(|kv| String::from_utf8_lossy(&kv.key).into_owned())
-        .collect()
+    kvs.iter().map(|kv| String::from_utf8_lossy(&kv.key).into_owned()).collect()
 }
 
 fn header_revision(resp: &CommandResponse) -> i64 {
@@ -183,11 +153,8 @@ fn header_revision(resp: &CommandResponse) -> i64 {
 /// Main revisions of the entries in the key bucket, oldest first.
 fn stored_revisions(store: &MvccStore) -> Vec<i64> {
     let entries = store.export().expect("export").into_iter();
-    let keys = entries
-        .filter(|(bucket, _, _)| *bucket == Bucket::Key)
-        .map(|(_, key, _)| key);
-    keys.map(|key| Revision::from_bytes(&key).expect("a revision key").main)
-        .collect()
+    let keys = entries.filter(|(bucket, _, _)| *bucket == Bucket::Key).map(|(_, key, _)| key);
+    keys.map(|key| Revision::from_bytes(&key).expect("a revision key").main).collect()
 }
 
 /// Builds the store most range tests read:
@@ -206,10 +173,7 @@ fn fixture() -> (Arc<MemBackend>, MvccStore) {
     let (backend, mut store) = open();
     put(&mut store, put_req("a", "1"));
     put(&mut store, put_req("b", "3"));
-    txn(
-        &mut store,
-        txn_req(vec![], vec![op_put("c", "2"), op_put("d", "5")], vec![]),
-    );
+    txn(&mut store, txn_req(vec![], vec![op_put("c", "2"), op_put("d", "5")], vec![]));
     put(&mut store, put_req("a", "4"));
     put(&mut store, with(put_req("e", "0"), |r| r.lease = 7));
     delete(&mut store, del_req("b", ""));
@@ -364,12 +328,7 @@ fn range_values_and_keys_only() {
     assert_eq!(now.kvs, vec![kv("c", "7", 4, 9, 2), kv("d", "5", 4, 4, 1), e.clone()]);
 
     let then = range(&store, range_at(4));
-    let want = vec![
-        kv("a", "1", 2, 2, 1),
-        kv("b", "3", 3, 3, 1),
-        kv("c", "2", 4, 4, 1),
-        kv("d", "5", 4, 4, 1),
-    ];
+    let want = vec![kv("a", "1", 2, 2, 1), kv("b", "3", 3, 3, 1), kv("c", "2", 4, 4, 1), kv("d", "5", 4, 4, 1)];
     assert_eq!(then.kvs, want);
 
     let keys_only = range(&store, with(range_req("c", "\0"), |r| r.keys_only = true));
@@ -393,9 +352,7 @@ fn range_revision_errors() {
     ];
     for (at, want) in cases {
         let req = with(range_req("a", ""), |r| r.revision = at);
-        let got = store
-            .range(&req)
-            .map(|r| String::from_utf8_lossy(&r.kvs[0].value).into_owned());
+        let got = store.range(&req).map(|r| String::from_utf8_lossy(&r.kvs[0].value).into_owned());
         assert_eq!(got, want.map(str::to_owned), "read at {at}");
     }
     // Reading exactly at the compacted revision sees that revision, not the current one.
@@ -407,10 +364,7 @@ fn range_revision_errors() {
 #[test]
 fn put_options() {
     let (_, mut store) = open();
-    let first = put(
-        &mut store,
-        with(put_req("k", "v1"), |r| (r.prev_kv, r.lease) = (true, 42)),
-    );
+    let first = put(&mut store, with(put_req("k", "v1"), |r| (r.prev_kv, r.lease) = (true, 42)));
     assert_eq!(first.header, header(2));
     assert_eq!(first.prev_kv, None, "no previous value on a create");
     let v1 = leased(kv("k", "v1", 2, 2, 1), 42);
@@ -418,32 +372,14 @@ fn put_options() {
 
     let second = put(&mut store, with(put_req("k", "v2"), |r| r.prev_kv = true));
     assert_eq!(second.prev_kv, Some(v1), "prev_kv returns the value replaced");
-    assert_eq!(
-        get(&store, "k", 0),
-        Some(kv("k", "v2", 2, 3, 2)),
-        "a put without lease drops the lease"
-    );
+    assert_eq!(get(&store, "k", 0), Some(kv("k", "v2", 2, 3, 2)), "a put without lease drops the lease");
 
-    let keep_value = put(
-        &mut store,
-        with(put_req("k", ""), |r| (r.ignore_value, r.lease) = (true, 9)),
-    );
+    let keep_value = put(&mut store, with(put_req("k", ""), |r| (r.ignore_value, r.lease) = (true, 9)));
     assert_eq!(keep_value.prev_kv, None, "prev_kv only when asked");
-    assert_eq!(
-        get(&store, "k", 0),
-        Some(leased(kv("k", "v2", 2, 4, 3), 9)),
-        "ignore_value keeps the value"
-    );
+    assert_eq!(get(&store, "k", 0), Some(leased(kv("k", "v2", 2, 4, 3), 9)), "ignore_value keeps the value");
 
-    let keep_lease = put(
-        &mut store,
-        with(put_req("k", "v3"), |r| (r.ignore_lease, r.prev_kv) = (true, true)),
-    );
-    assert_eq!(
-        get(&store, "k", 0),
-        Some(leased(kv("k", "v3", 2, 5, 4), 9)),
-        "ignore_lease keeps the lease"
-    );
+    let keep_lease = put(&mut store, with(put_req("k", "v3"), |r| (r.ignore_lease, r.prev_kv) = (true, true)));
+    assert_eq!(get(&store, "k", 0), Some(leased(kv("k", "v3", 2, 5, 4), 9)), "ignore_lease keeps the lease");
     assert_eq!(keep_lease.prev_kv.map(|kv| kv.mod_revision), Some(4));
 }
 
@@ -454,11 +390,7 @@ fn put_errors_change_nothing() {
     delete(&mut store, del_req("k", ""));
     let ignore_value = |key: &str| with(put_req(key, ""), |r| r.ignore_value = true);
     let in_txn = |req: pb::PutRequest| {
-        Command::Txn(txn_req(
-            vec![],
-            vec![op_put("other", "x"), op(Request::RequestPut(req))],
-            vec![],
-        ))
+        Command::Txn(txn_req(vec![], vec![op_put("other", "x"), op(Request::RequestPut(req))], vec![]))
     };
     #[rustfmt::skip]
     let cases = [
@@ -501,11 +433,7 @@ fn delete_range_results() {
     }
     let (_, mut store) = fixture();
     let resp = delete(&mut store, prev(del_req("c", "e")));
-    assert_eq!(
-        resp.prev_kvs,
-        vec![kv("c", "7", 4, 9, 2), kv("d", "5", 4, 4, 1)],
-        "whole values"
-    );
+    assert_eq!(resp.prev_kvs, vec![kv("c", "7", 4, 9, 2), kv("d", "5", 4, 4, 1)], "whole values");
 }
 
 #[test]
@@ -562,19 +490,11 @@ fn txn_compares() {
     ];
     for (key, target, result, operand, holds) in cases {
         let what = format!("{key} {target:?} {result:?} {operand:?}");
-        let req = txn_req(
-            vec![cmp(key, target, result, operand)],
-            vec![op_range(range_req("k", ""))],
-            vec![],
-        );
+        let req = txn_req(vec![cmp(key, target, result, operand)], vec![op_range(range_req("k", ""))], vec![]);
         let resp = txn(&mut store, req.clone());
         assert_eq!(resp.succeeded, holds, "{what}");
         assert_eq!(resp.responses.len(), usize::from(holds), "{what}: the branch taken");
-        assert_eq!(
-            store.txn_read_only(&req).expect("read-only txn"),
-            resp,
-            "{what}: read-only path"
-        );
+        assert_eq!(store.txn_read_only(&req).expect("read-only txn"), resp, "{what}: read-only path");
     }
     assert_eq!(store.current_revision(), 3, "compares take no revision");
 }
@@ -612,11 +532,7 @@ fn compare_with_range_end() {
     for (key, end, target, result, operand, holds) in cases {
         let what = format!("[{key:?}, {end:?}) {target:?} {result:?} {operand:?}");
         let compare = with(cmp(key, target, result, Some(operand)), |c| c.range_end = end.into());
-        assert_eq!(
-            txn(&mut store, txn_req(vec![compare], vec![], vec![])).succeeded,
-            holds,
-            "{what}"
-        );
+        assert_eq!(txn(&mut store, txn_req(vec![compare], vec![], vec![])).succeeded, holds, "{what}");
     }
 }
 
@@ -624,86 +540,45 @@ fn compare_with_range_end() {
 fn several_compares_must_all_hold() {
     let (_, mut store) = open();
     put(&mut store, put_req("a", "1"));
-    let yes = cmp(
-        "a",
-        CompareTarget::Version,
-        CompareResult::Equal,
-        Some(TargetUnion::Version(1)),
-    );
-    let no = cmp(
-        "a",
-        CompareTarget::Value,
-        CompareResult::Equal,
-        Some(TargetUnion::Value("2".into())),
-    );
+    let yes = cmp("a", CompareTarget::Version, CompareResult::Equal, Some(TargetUnion::Version(1)));
+    let no = cmp("a", CompareTarget::Value, CompareResult::Equal, Some(TargetUnion::Value("2".into())));
     #[rustfmt::skip]
     let cases = [(vec![], true), (vec![yes.clone()], true), (vec![yes.clone(), no.clone()], false), (vec![no, yes], false)];
     for (compares, holds) in cases {
         let what = format!("{compares:?}");
-        assert_eq!(
-            txn(&mut store, txn_req(compares, vec![], vec![])).succeeded,
-            holds,
-            "{what}"
-        );
+        assert_eq!(txn(&mut store, txn_req(compares, vec![], vec![])).succeeded, holds, "{what}");
     }
 }
 
 fn put_resp(revision: i64) -> Response {
-    Response::ResponsePut(pb::PutResponse {
-        header: header(revision),
-        prev_kv: None,
-    })
+    Response::ResponsePut(pb::PutResponse { header: header(revision), prev_kv: None })
 }
 
 fn range_resp(kvs: Vec<KeyValue>, revision: i64) -> Response {
     let count = kvs.len() as i64;
     let (header, more) = (header(revision), false);
-    Response::ResponseRange(pb::RangeResponse {
-        header,
-        kvs,
-        more,
-        count,
-    })
+    Response::ResponseRange(pb::RangeResponse { header, kvs, more, count })
 }
 
 fn count_resp(count: i64, revision: i64) -> Response {
     let (header, kvs, more) = (header(revision), vec![], false);
-    Response::ResponseRange(pb::RangeResponse {
-        header,
-        kvs,
-        more,
-        count,
-    })
+    Response::ResponseRange(pb::RangeResponse { header, kvs, more, count })
 }
 
 fn del_resp(deleted: i64, revision: i64) -> Response {
     let (header, prev_kvs) = (header(revision), vec![]);
-    Response::ResponseDeleteRange(pb::DeleteRangeResponse {
-        header,
-        deleted,
-        prev_kvs,
-    })
+    Response::ResponseDeleteRange(pb::DeleteRangeResponse { header, deleted, prev_kvs })
 }
 
 /// A nested txn's response: as etcd answers, its header is empty.
 fn nested_resp(succeeded: bool, responses: Vec<Response>) -> Response {
-    let responses = responses
-        .into_iter()
-        .map(|r| pb::ResponseOp { response: Some(r) })
-        .collect();
+    let responses = responses.into_iter().map(|r| pb::ResponseOp { response: Some(r) }).collect();
     let header = Some(pb::ResponseHeader::default());
-    Response::ResponseTxn(pb::TxnResponse {
-        header,
-        succeeded,
-        responses,
-    })
+    Response::ResponseTxn(pb::TxnResponse { header, succeeded, responses })
 }
 
 fn responses(resp: pb::TxnResponse) -> Vec<Response> {
-    resp.responses
-        .into_iter()
-        .map(|r| r.response.expect("a response"))
-        .collect()
+    resp.responses.into_iter().map(|r| r.response.expect("a response")).collect()
 }
 
 #[test]
@@ -713,15 +588,8 @@ fn nested_compares_see_the_store_before_the_txn() {
     let (_, mut store) = open();
     put(&mut store, put_req("k", "old")); // 2
     let saw_old = cmp("k", Value, Equal, Some(TargetUnion::Value("old".into())));
-    let inner = txn_req(
-        vec![saw_old],
-        vec![op_put("m", "saw-old")],
-        vec![op_put("m", "saw-new")],
-    );
-    let resp = txn(
-        &mut store,
-        txn_req(vec![], vec![op_put("k", "new"), op_txn(inner)], vec![]),
-    );
+    let inner = txn_req(vec![saw_old], vec![op_put("m", "saw-old")], vec![op_put("m", "saw-new")]);
+    let resp = txn(&mut store, txn_req(vec![], vec![op_put("k", "new"), op_txn(inner)], vec![]));
     assert_eq!((resp.header, resp.succeeded), (header(3), true));
     assert_eq!(responses(resp), [put_resp(3), nested_resp(true, vec![put_resp(3)])]);
     assert_eq!(get(&store, "m", 0), Some(kv("m", "saw-old", 3, 3, 1)));
@@ -729,15 +597,8 @@ fn nested_compares_see_the_store_before_the_txn() {
     // A nested txn in the failure branch: its compares too are evaluated before any write.
     let gone = cmp("k", Version, Equal, Some(TargetUnion::Version(0)));
     let never = cmp("k", Version, Equal, Some(TargetUnion::Version(99)));
-    let inner = txn_req(
-        vec![gone],
-        vec![op_put("n", "deleted-first")],
-        vec![op_put("n", "existed")],
-    );
-    let resp = txn(
-        &mut store,
-        txn_req(vec![never], vec![], vec![op_del("k", ""), op_txn(inner)]),
-    );
+    let inner = txn_req(vec![gone], vec![op_put("n", "deleted-first")], vec![op_put("n", "existed")]);
+    let resp = txn(&mut store, txn_req(vec![never], vec![], vec![op_del("k", ""), op_txn(inner)]));
     assert!(!resp.succeeded);
     assert_eq!(get(&store, "n", 0).map(|kv| kv.value), Some(b"existed".to_vec()));
 }
@@ -856,18 +717,10 @@ fn compaction_removes_superseded_revisions() {
     ];
     for (at, left, alive) in cases {
         compact(&mut store, at).expect("compact");
-        assert_eq!(
-            keys(&range(&store, range_at(at)).kvs),
-            alive,
-            "compact at {at}, before the commit"
-        );
+        assert_eq!(keys(&range(&store, range_at(at)).kvs), alive, "compact at {at}, before the commit");
         store.commit().expect("commit");
         assert_eq!(stored_revisions(&store), left, "compact at {at}");
-        assert_eq!(
-            keys(&range(&store, range_at(at)).kvs),
-            alive,
-            "compact at {at}, after the commit"
-        );
+        assert_eq!(keys(&range(&store, range_at(at)).kvs), alive, "compact at {at}, after the commit");
     }
     assert_eq!(get(&store, "a", 0), Some(kv("a", "3", 2, 4, 3)));
 }
@@ -879,13 +732,7 @@ fn all_reads(store: &MvccStore) -> Vec<Result<pb::RangeResponse, Error>> {
         r.sort_order = SortOrder::Descend as i32;
         r.sort_target = SortTarget::Mod as i32;
     });
-    let bases = [
-        all_keys(),
-        range_req("a", "b"),
-        range_req("b", ""),
-        with(all_keys(), |r| r.limit = 2),
-        sorted,
-    ];
+    let bases = [all_keys(), range_req("a", "b"), range_req("b", ""), with(all_keys(), |r| r.limit = 2), sorted];
     let mut out = Vec::new();
     for revision in 0..=store.current_revision() + 1 {
         for base in &bases {
@@ -902,11 +749,7 @@ fn all_reads(store: &MvccStore) -> Vec<Result<pb::RangeResponse, Error>> {
 
 fn assert_same_store(a: &MvccStore, b: &MvccStore, what: &str) {
     assert_eq!(a.current_revision(), b.current_revision(), "{what}: current revision");
-    assert_eq!(
-        a.compacted_revision(),
-        b.compacted_revision(),
-        "{what}: compacted revision"
-    );
+    assert_eq!(a.compacted_revision(), b.compacted_revision(), "{what}: compacted revision");
     for (i, (x, y)) in all_reads(a).iter().zip(&all_reads(b)).enumerate() {
         assert_eq!(x, y, "{what}: read {i}");
     }
@@ -916,11 +759,7 @@ fn assert_same_store(a: &MvccStore, b: &MvccStore, what: &str) {
 fn reopened_store_answers_identically() {
     let (backend, mut store) = fixture();
     store.commit().expect("commit");
-    assert_same_store(
-        &store,
-        &MvccStore::open(backend.clone()).expect("reopen"),
-        "after commit",
-    );
+    assert_same_store(&store, &MvccStore::open(backend.clone()).expect("reopen"), "after commit");
     for at in [3, 7, 10] {
         compact(&mut store, at).expect("compact");
         store.commit().expect("commit");
@@ -957,11 +796,7 @@ fn reopen_after_compacting_the_newest_tombstones() {
         store.commit().expect("commit");
         assert_eq!(stored_revisions(&store), left, "compact at {at}");
         let mut reopened = MvccStore::open(backend.clone()).expect("reopen");
-        assert_eq!(
-            reopened.current_revision(),
-            5,
-            "compact at {at}: the revision does not go back"
-        );
+        assert_eq!(reopened.current_revision(), 5, "compact at {at}: the revision does not go back");
         assert_eq!(reopened.compacted_revision(), at);
         assert_same_store(&store, &reopened, &format!("compact at {at}"));
         assert_eq!(put(&mut reopened, put_req("a", "")).header, header(6));
@@ -975,11 +810,7 @@ fn uncommitted_writes_are_readable_and_lost_on_reopen() {
     put(&mut store, put_req("a", "1"));
     store.commit().expect("commit");
     put(&mut store, put_req("a", "2"));
-    assert_eq!(
-        get(&store, "a", 0),
-        Some(kv("a", "2", 2, 3, 2)),
-        "staged writes are visible at once"
-    );
+    assert_eq!(get(&store, "a", 0), Some(kv("a", "2", 2, 3, 2)), "staged writes are visible at once");
     let reopened = MvccStore::open(backend).expect("reopen");
     assert_eq!(reopened.current_revision(), 2);
     assert_eq!(get(&reopened, "a", 0), Some(kv("a", "1", 2, 2, 1)));

@@ -70,17 +70,11 @@ mod tests {
     /// Fields whose numbers are unusual in etcd and easy to get wrong.
     #[test]
     fn odd_field_numbers_are_on_the_wire() {
-        let compare = pb::Compare {
-            range_end: b"z".to_vec(),
-            ..Default::default()
-        };
+        let compare = pb::Compare { range_end: b"z".to_vec(), ..Default::default() };
         // Field 64, wire type 2: key varint 0x0202 = [0x82, 0x04].
         assert_eq!(compare.encode_to_vec(), [0x82, 0x04, 0x01, b'z']);
 
-        let watch = pb::WatchResponse {
-            events: vec![mvccpb::Event::default()],
-            ..Default::default()
-        };
+        let watch = pb::WatchResponse { events: vec![mvccpb::Event::default()], ..Default::default() };
         // Field 11, wire type 2: key 0x5a, then an empty Event.
         assert_eq!(watch.encode_to_vec(), [0x5a, 0x00]);
 
@@ -255,10 +249,7 @@ mod tests {
         assert_eq!(pb::cluster_server::SERVICE_NAME, "etcdserverpb.Cluster");
         assert_eq!(pb::maintenance_server::SERVICE_NAME, "etcdserverpb.Maintenance");
         assert_eq!(pb::auth_server::SERVICE_NAME, "etcdserverpb.Auth");
-        assert_eq!(
-            super::v3electionpb::election_server::SERVICE_NAME,
-            "v3electionpb.Election"
-        );
+        assert_eq!(super::v3electionpb::election_server::SERVICE_NAME, "v3electionpb.Election");
         assert_eq!(super::v3lockpb::lock_server::SERVICE_NAME, "v3lockpb.Lock");
         assert_eq!(super::raftpb::raft_peer_server::SERVICE_NAME, "raftpb.RaftPeer");
     }

@@ -47,12 +47,7 @@ struct Rewriter {
 
 impl Rewriter {
     fn new() -> Self {
-        Self {
-            decoder: loona_hpack::Decoder::new(),
-            preface_left: PREFACE_LEN,
-            rewriting: false,
-            pending: None,
-        }
+        Self { decoder: loona_hpack::Decoder::new(), preface_left: PREFACE_LEN, rewriting: false, pending: None }
     }
 
     /// Moves every complete unit of `input` (preface bytes, whole frames) to `output`, rewritten as needed.
@@ -86,28 +81,17 @@ impl Rewriter {
         let mut payload = &frame[FRAME_HEADER_LEN..];
         let mut pad = 0;
         if flags & FLAG_PADDED != 0 {
-            pad = usize::from(
-                *payload
-                    .first()
-                    .ok_or_else(|| malformed("HEADERS without its pad length"))?,
-            );
+            pad = usize::from(*payload.first().ok_or_else(|| malformed("HEADERS without its pad length"))?);
             payload = &payload[1..];
         }
         let mut priority = None;
         if flags & FLAG_PRIORITY != 0 {
-            let bytes: [u8; 5] = payload
-                .get(..5)
-                .and_then(|p| p.try_into().ok())
-                .ok_or_else(|| malformed("short HEADERS"))?;
+            let bytes: [u8; 5] =
+                payload.get(..5).and_then(|p| p.try_into().ok()).ok_or_else(|| malformed("short HEADERS"))?;
             priority = Some(bytes);
             payload = &payload[5..];
         }
-        let fragment = payload.get(
-            ..payload
-                .len()
-                .checked_sub(pad)
-                .ok_or_else(|| malformed("HEADERS padding"))?,
-        );
+        let fragment = payload.get(..payload.len().checked_sub(pad).ok_or_else(|| malformed("HEADERS padding"))?);
         let fragment = fragment.ok_or_else(|| malformed("HEADERS padding"))?;
         self.pending = Some(PendingBlock {
             stream_id,
@@ -141,10 +125,7 @@ impl Rewriter {
         let Some(block) = self.pending.take() else {
             return Ok(());
         };
-        let mut headers = self
-            .decoder
-            .decode(&block.fragment)
-            .map_err(|e| malformed(&format!("HPACK: {e:?}")))?;
+        let mut headers = self.decoder.decode(&block.fragment).map_err(|e| malformed(&format!("HPACK: {e:?}")))?;
         for (name, value) in &mut headers {
             if name.as_slice() == b":authority" {
                 if let Some(stripped) = strip_scheme(value) {
@@ -232,10 +213,7 @@ fn encode_integer(mut value: usize, prefix: u8, first: u8, out: &mut Vec<u8>) {
 }
 
 fn malformed(what: &str) -> io::Error {
-    io::Error::new(
-        io::ErrorKind::InvalidData,
-        format!("malformed HTTP/2 from client: {what}"),
-    )
+    io::Error::new(io::ErrorKind::InvalidData, format!("malformed HTTP/2 from client: {what}"))
 }
 
 /// A client connection whose inbound HTTP/2 is passed through [`Rewriter`].
@@ -248,12 +226,7 @@ pub struct AuthorityFix<T> {
 
 impl<T> AuthorityFix<T> {
     pub fn new(inner: T) -> Self {
-        Self {
-            inner,
-            rewriter: Rewriter::new(),
-            raw: BytesMut::with_capacity(16 * 1024),
-            ready: BytesMut::new(),
-        }
+        Self { inner, rewriter: Rewriter::new(), raw: BytesMut::with_capacity(16 * 1024), ready: BytesMut::new() }
     }
 }
 

@@ -20,30 +20,15 @@ pub struct Config {
     pub data_dir: Option<PathBuf>,
 
     /// List of URLs to listen on for client traffic.
-    #[arg(
-        long,
-        env = "ETCD_LISTEN_CLIENT_URLS",
-        default_value = "http://localhost:2379",
-        value_delimiter = ','
-    )]
+    #[arg(long, env = "ETCD_LISTEN_CLIENT_URLS", default_value = "http://localhost:2379", value_delimiter = ',')]
     pub listen_client_urls: Vec<String>,
 
     /// List of this member's client URLs to advertise to the public.
-    #[arg(
-        long,
-        env = "ETCD_ADVERTISE_CLIENT_URLS",
-        default_value = "http://localhost:2379",
-        value_delimiter = ','
-    )]
+    #[arg(long, env = "ETCD_ADVERTISE_CLIENT_URLS", default_value = "http://localhost:2379", value_delimiter = ',')]
     pub advertise_client_urls: Vec<String>,
 
     /// List of URLs to listen on for peer traffic.
-    #[arg(
-        long,
-        env = "ETCD_LISTEN_PEER_URLS",
-        default_value = "http://localhost:2380",
-        value_delimiter = ','
-    )]
+    #[arg(long, env = "ETCD_LISTEN_PEER_URLS", default_value = "http://localhost:2380", value_delimiter = ',')]
     pub listen_peer_urls: Vec<String>,
 
     /// List of this member's peer URLs to advertise to the rest of the cluster.
@@ -114,33 +99,23 @@ pub enum ConfigError {
         "--initial-cluster has {cluster} but missing from --initial-advertise-peer-urls={advertised} \
          (peer URLs of {name:?} differ)"
     )]
-    PeerUrlMismatch {
-        name: String,
-        cluster: String,
-        advertised: String,
-    },
+    PeerUrlMismatch { name: String, cluster: String, advertised: String },
 }
 
 impl Config {
     pub fn data_dir(&self) -> PathBuf {
-        self.data_dir
-            .clone()
-            .unwrap_or_else(|| PathBuf::from(format!("{}.etcd", self.name)))
+        self.data_dir.clone().unwrap_or_else(|| PathBuf::from(format!("{}.etcd", self.name)))
     }
 
     /// `--initial-cluster` as name → peer URLs, in name order.
     pub fn initial_cluster(&self) -> Result<BTreeMap<String, Vec<String>>, ConfigError> {
         let mut members: BTreeMap<String, Vec<String>> = BTreeMap::new();
         for entry in self.initial_cluster.split(',').map(str::trim).filter(|e| !e.is_empty()) {
-            let (name, url) = entry
-                .split_once('=')
-                .ok_or_else(|| ConfigError::BadInitialCluster(entry.into()))?;
+            let (name, url) = entry.split_once('=').ok_or_else(|| ConfigError::BadInitialCluster(entry.into()))?;
             socket_addr(url)?;
             members.entry(name.to_string()).or_default().push(url.to_string());
         }
-        let own = members.get(&self.name).ok_or_else(|| ConfigError::NameNotInCluster {
-            name: self.name.clone(),
-        })?;
+        let own = members.get(&self.name).ok_or_else(|| ConfigError::NameNotInCluster { name: self.name.clone() })?;
         let mut own_sorted = own.clone();
         own_sorted.sort();
         let mut advertised = self.initial_advertise_peer_urls.clone();
@@ -158,15 +133,10 @@ impl Config {
 
 /// The socket address an `http://host:port` URL names; `localhost` means 127.0.0.1.
 pub fn socket_addr(raw: &str) -> Result<SocketAddr, ConfigError> {
-    let bad = |reason: &str| ConfigError::BadUrl {
-        url: raw.to_string(),
-        reason: reason.to_string(),
-    };
+    let bad = |reason: &str| ConfigError::BadUrl { url: raw.to_string(), reason: reason.to_string() };
     let url = url::Url::parse(raw).map_err(|e| bad(&e.to_string()))?;
     if url.scheme() != "http" {
-        return Err(bad(
-            "only http:// URLs are supported (TLS arrives with the operations issue)",
-        ));
+        return Err(bad("only http:// URLs are supported (TLS arrives with the operations issue)"));
     }
     let port = url.port().ok_or_else(|| bad("missing port"))?;
     let host = match url.host_str() {
@@ -174,9 +144,7 @@ pub fn socket_addr(raw: &str) -> Result<SocketAddr, ConfigError> {
         Some(host) => host.trim_start_matches('[').trim_end_matches(']'),
         None => return Err(bad("missing host")),
     };
-    let ip = host
-        .parse()
-        .map_err(|_| bad("the host must be an IP address or localhost"))?;
+    let ip = host.parse().map_err(|_| bad("the host must be an IP address or localhost"))?;
     Ok(SocketAddr::new(ip, port))
 }
 
@@ -193,17 +161,13 @@ pub fn parse_duration(text: &str) -> Result<Duration, String> {
     }
     let mut nanos = 0f64;
     while !rest.is_empty() {
-        let number_len = rest
-            .find(|c: char| !(c.is_ascii_digit() || c == '.'))
-            .unwrap_or(rest.len());
+        let number_len = rest.find(|c: char| !(c.is_ascii_digit() || c == '.')).unwrap_or(rest.len());
         let (number, tail) = rest.split_at(number_len);
         if number.is_empty() || number == "." {
             return Err(invalid());
         }
         let value: f64 = number.parse().map_err(|_| invalid())?;
-        let unit_len = tail
-            .find(|c: char| c.is_ascii_digit() || c == '.')
-            .unwrap_or(tail.len());
+        let unit_len = tail.find(|c: char| c.is_ascii_digit() || c == '.').unwrap_or(tail.len());
         let (unit, tail) = tail.split_at(unit_len);
         let scale = match unit {
             "ns" => 1.0,
@@ -249,10 +213,7 @@ mod tests {
             assert!(parse_duration(bad).is_err(), "{bad:?} should be refused");
         }
         let config = parse(&["--experimental-watch-progress-notify-interval", "2s"]);
-        assert_eq!(
-            config.experimental_watch_progress_notify_interval,
-            Duration::from_secs(2)
-        );
+        assert_eq!(config.experimental_watch_progress_notify_interval, Duration::from_secs(2));
     }
 
     #[test]
@@ -262,30 +223,16 @@ mod tests {
         assert_eq!(config.data_dir(), PathBuf::from("default.etcd"));
         assert_eq!(config.max_txn_ops, 128);
         assert_eq!(config.max_request_bytes, 1572864);
-        assert_eq!(
-            config.experimental_watch_progress_notify_interval,
-            Duration::from_secs(600)
-        );
-        assert_eq!(
-            socket_addr(&config.listen_client_urls[0]).unwrap(),
-            "127.0.0.1:2379".parse().unwrap()
-        );
+        assert_eq!(config.experimental_watch_progress_notify_interval, Duration::from_secs(600));
+        assert_eq!(socket_addr(&config.listen_client_urls[0]).unwrap(), "127.0.0.1:2379".parse().unwrap());
         let cluster = config.initial_cluster().unwrap();
         assert_eq!(cluster["default"], vec!["http://localhost:2380".to_string()]);
     }
 
     #[test]
     fn initial_cluster_must_name_this_member_with_its_urls() {
-        let config = parse(&[
-            "--name",
-            "n2",
-            "--initial-cluster",
-            "n1=http://127.0.0.1:1,n3=http://127.0.0.1:3",
-        ]);
-        assert!(matches!(
-            config.initial_cluster(),
-            Err(ConfigError::NameNotInCluster { .. })
-        ));
+        let config = parse(&["--name", "n2", "--initial-cluster", "n1=http://127.0.0.1:1,n3=http://127.0.0.1:3"]);
+        assert!(matches!(config.initial_cluster(), Err(ConfigError::NameNotInCluster { .. })));
         let config = parse(&[
             "--name",
             "n1",
@@ -294,17 +241,8 @@ mod tests {
             "--initial-advertise-peer-urls",
             "http://127.0.0.1:2",
         ]);
-        assert!(matches!(
-            config.initial_cluster(),
-            Err(ConfigError::PeerUrlMismatch { .. })
-        ));
-        assert!(matches!(
-            socket_addr("https://127.0.0.1:1"),
-            Err(ConfigError::BadUrl { .. })
-        ));
-        assert!(matches!(
-            socket_addr("http://127.0.0.1"),
-            Err(ConfigError::BadUrl { .. })
-        ));
+        assert!(matches!(config.initial_cluster(), Err(ConfigError::PeerUrlMismatch { .. })));
+        assert!(matches!(socket_addr("https://127.0.0.1:1"), Err(ConfigError::BadUrl { .. })));
+        assert!(matches!(socket_addr("http://127.0.0.1"), Err(ConfigError::BadUrl { .. })));
     }
 }

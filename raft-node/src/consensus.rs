@@ -32,11 +32,7 @@ impl RaftConsensus {
     pub fn new(leader: Leader) -> Self {
         let forwarder = leader.forwarder.clone();
         let timeout = leader.request_timeout;
-        Self {
-            leader,
-            forwarder,
-            timeout,
-        }
+        Self { leader, forwarder, timeout }
     }
 
     fn raft(&self) -> &Raft {
@@ -66,14 +62,7 @@ impl RaftConsensus {
             let result = if leader == self.member_id() {
                 self.leader.handle(req.clone()).await
             } else {
-                let node = self
-                    .raft()
-                    .metrics()
-                    .borrow()
-                    .membership_config
-                    .membership()
-                    .get_node(&leader)
-                    .cloned();
+                let node = self.raft().metrics().borrow().membership_config.membership().get_node(&leader).cloned();
                 match node {
                     Some(node) => {
                         let left = deadline.saturating_duration_since(Instant::now());
@@ -184,9 +173,7 @@ impl kv_api::Consensus for RaftConsensus {
         peer_urls: Vec<String>,
         is_learner: bool,
     ) -> kv_api::Result<(pb::Member, Vec<pb::Member>)> {
-        let (added, members) = self
-            .change_members(LeaderRequest::MemberAdd { peer_urls, is_learner })
-            .await?;
+        let (added, members) = self.change_members(LeaderRequest::MemberAdd { peer_urls, is_learner }).await?;
         let added = added.ok_or_else(|| Error::Internal("the added member is missing from the membership".into()))?;
         Ok((added, members))
     }
@@ -196,10 +183,7 @@ impl kv_api::Consensus for RaftConsensus {
     }
 
     async fn member_update(&self, id: u64, peer_urls: Vec<String>) -> kv_api::Result<Vec<pb::Member>> {
-        Ok(self
-            .change_members(LeaderRequest::MemberUpdate { id, peer_urls })
-            .await?
-            .1)
+        Ok(self.change_members(LeaderRequest::MemberUpdate { id, peer_urls }).await?.1)
     }
 
     async fn member_promote(&self, id: u64) -> kv_api::Result<Vec<pb::Member>> {

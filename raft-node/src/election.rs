@@ -92,12 +92,7 @@ impl ElectionClock {
     /// own.
     pub fn answer(&self, request: &PreVote) -> PreVoteAnswer {
         let metrics = self.raft.metrics().borrow().clone();
-        if metrics
-            .membership_config
-            .membership()
-            .get_node(&request.candidate)
-            .is_none()
-        {
+        if metrics.membership_config.membership().get_node(&request.candidate).is_none() {
             return PreVoteAnswer::Removed;
         }
         let leader_alive =
@@ -179,11 +174,8 @@ impl ElectionClock {
             candidate: self.member_id,
             last_log_index: metrics.last_log_index.unwrap_or(0),
         });
-        let asks = voters
-            .iter()
-            .filter(|id| **id != self.member_id)
-            .filter_map(|id| membership.get_node(id))
-            .map(|node| {
+        let asks =
+            voters.iter().filter(|id| **id != self.member_id).filter_map(|id| membership.get_node(id)).map(|node| {
                 let request = request.clone();
                 async move {
                     match forwarder.send(node, &request, self.tick * 5).await {
@@ -196,9 +188,6 @@ impl ElectionClock {
         let count = |want| answers.iter().filter(|a| **a == want).count();
         let granted = 1 + count(PreVoteAnswer::Granted);
         debug!(granted, voters = voters.len(), "pre-vote");
-        (
-            granted * 2 > voters.len(),
-            count(PreVoteAnswer::Removed) * 2 > voters.len(),
-        )
+        (granted * 2 > voters.len(), count(PreVoteAnswer::Removed) * 2 > voters.len())
     }
 }

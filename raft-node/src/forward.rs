@@ -26,10 +26,7 @@ pub struct Forwarder {
 
 impl Forwarder {
     pub fn new(local_ip: Option<IpAddr>) -> Self {
-        Self {
-            local_ip,
-            clients: Default::default(),
-        }
+        Self { local_ip, clients: Default::default() }
     }
 
     fn client(&self, node: &MemberNode) -> Result<RaftPeerClient<Channel>, Error> {
@@ -51,10 +48,7 @@ impl Forwarder {
     /// leader). A request that may have reached the peer is never reported that way unless it is harmless to
     /// repeat: a write that got lost in transit answers "request timed out", as etcd's does.
     pub async fn send(&self, node: &MemberNode, req: &LeaderRequest, timeout: Duration) -> Result<LeaderReply, Error> {
-        let forwarded = Forwarded {
-            deadline_unix_ms: unix_ms(SystemTime::now() + timeout),
-            request: req.clone(),
-        };
+        let forwarded = Forwarded { deadline_unix_ms: unix_ms(SystemTime::now() + timeout), request: req.clone() };
         let payload = encode(&forwarded).map_err(|e| Error::Internal(format!("encoding a forwarded request: {e}")))?;
         let mut request = tonic::Request::new(raftpb::RaftMessage { payload });
         request.set_timeout(timeout);
@@ -66,11 +60,7 @@ impl Forwarder {
             Ok(reply) => reply.into_inner(),
             Err(status) => {
                 debug!(peer = %node, %status, "forwarding failed");
-                return Err(if req.is_repeatable() || never_sent(&status) {
-                    Error::NotLeader
-                } else {
-                    Error::Timeout
-                });
+                return Err(if req.is_repeatable() || never_sent(&status) { Error::NotLeader } else { Error::Timeout });
             }
         };
         decode::<Result<LeaderReply, Error>>(&reply.payload)

@@ -47,10 +47,7 @@ mod tests {
     fn survives_a_reload() {
         let dir = tempfile::tempdir().unwrap();
         assert_eq!(Identity::load(dir.path()).unwrap(), None);
-        let id = Identity {
-            member_id: 7,
-            cluster_id: 9,
-        };
+        let id = Identity { member_id: 7, cluster_id: 9 };
         id.save(dir.path()).unwrap();
         assert_eq!(Identity::load(dir.path()).unwrap(), Some(id));
     }

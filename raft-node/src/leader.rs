@@ -146,18 +146,13 @@ impl Leader {
     /// `Campaign`), within etcd's request timeout: a leader cut off from its quorum never commits, and the
     /// request then fails with "request timed out".
     pub async fn handle(&self, req: LeaderRequest) -> Result<LeaderReply, Error> {
-        tokio::time::timeout(self.request_timeout, self.handle_now(req))
-            .await
-            .map_err(|_| Error::Timeout)?
+        tokio::time::timeout(self.request_timeout, self.handle_now(req)).await.map_err(|_| Error::Timeout)?
     }
 
     async fn handle_now(&self, req: LeaderRequest) -> Result<LeaderReply, Error> {
         match req {
             LeaderRequest::ClusterInfo => {
-                return Ok(LeaderReply::ClusterInfo {
-                    cluster_id: self.cluster_id,
-                    members: members(&self.raft),
-                })
+                return Ok(LeaderReply::ClusterInfo { cluster_id: self.cluster_id, members: members(&self.raft) })
             }
             LeaderRequest::PreVote(pre_vote) => return Ok(LeaderReply::PreVote(self.clock.answer(&pre_vote))),
             LeaderRequest::Campaign => {
@@ -180,10 +175,7 @@ impl Leader {
                     // The countdown starts at the grant, as etcd's.
                     self.deadlines.renew(id, ttl, Instant::now());
                 }
-                Ok(LeaderReply::Written {
-                    index: written.log_id.index,
-                    applied: written.data,
-                })
+                Ok(LeaderReply::Written { index: written.log_id.index, applied: written.data })
             }
             LeaderRequest::ReadIndex => {
                 let (read_log_id, _applied) = self.raft.get_read_log_id().await.map_err(|e| match e {
@@ -211,8 +203,7 @@ impl Leader {
                 let mut node = membership.get_node(&id).cloned().ok_or(Error::MemberNotFound)?;
                 check_peer_urls(&membership, &peer_urls, Some(id))?;
                 node.peer_urls = peer_urls;
-                self.change(ChangeMembers::SetNodes(BTreeMap::from([(id, node)])), None)
-                    .await
+                self.change(ChangeMembers::SetNodes(BTreeMap::from([(id, node)])), None).await
             }
             LeaderRequest::MemberPromote { id } => {
                 let membership = self.membership();
@@ -225,8 +216,7 @@ impl Leader {
                 if !self.caught_up(id, LEARNER_READY_SHARE) {
                     return Err(Error::LearnerNotReady);
                 }
-                self.change(ChangeMembers::AddVoterIds(BTreeSet::from([id])), None)
-                    .await
+                self.change(ChangeMembers::AddVoterIds(BTreeSet::from([id])), None).await
             }
             LeaderRequest::Publish { id, name, client_urls } => {
                 let mut node = self.membership().get_node(&id).cloned().ok_or(Error::MemberNotFound)?;
@@ -235,8 +225,7 @@ impl Leader {
                 }
                 node.name = name;
                 node.client_urls = client_urls;
-                self.change(ChangeMembers::SetNodes(BTreeMap::from([(id, node)])), None)
-                    .await
+                self.change(ChangeMembers::SetNodes(BTreeMap::from([(id, node)])), None).await
             }
             LeaderRequest::MoveLeader { target } => self.move_leader(target).await,
             LeaderRequest::LeaseKeepAlive { id } => {
@@ -265,11 +254,8 @@ impl Leader {
     fn caught_up(&self, id: NodeId, share: f64) -> bool {
         let metrics = self.raft.metrics().borrow().clone();
         let last = metrics.last_log_index.unwrap_or(0);
-        let matched = metrics
-            .replication
-            .as_ref()
-            .and_then(|r| r.get(&id).copied().flatten())
-            .map_or(0, |log_id| log_id.index);
+        let matched =
+            metrics.replication.as_ref().and_then(|r| r.get(&id).copied().flatten()).map_or(0, |log_id| log_id.index);
         matched as f64 >= last as f64 * share
     }
 
@@ -285,11 +271,7 @@ impl Leader {
         if membership.get_node(&id).is_some() {
             return Err(Error::MemberExists);
         }
-        let node = MemberNode {
-            name: String::new(),
-            peer_urls,
-            client_urls: Vec::new(),
-        };
+        let node = MemberNode { name: String::new(), peer_urls, client_urls: Vec::new() };
         let change = if is_learner {
             ChangeMembers::AddNodes(BTreeMap::from([(id, node)]))
         } else {
@@ -303,21 +285,13 @@ impl Leader {
         change: ChangeMembers<NodeId, MemberNode>,
         added: Option<NodeId>,
     ) -> Result<LeaderReply, Error> {
-        let written = self
-            .raft
-            .change_membership(change, false)
-            .await
-            .map_err(submitted_error)?;
+        let written = self.raft.change_membership(change, false).await.map_err(submitted_error)?;
         let members = match &written.membership {
             Some(membership) => list_members(membership),
             None => members(&self.raft),
         };
         let added = added.and_then(|id| members.iter().find(|m| m.id == id).cloned());
-        Ok(LeaderReply::Members {
-            index: written.log_id.index,
-            added,
-            members,
-        })
+        Ok(LeaderReply::Members { index: written.log_id.index, added, members })
     }
 
     /// Leadership transfer: stop heartbeats so the followers' leader lease runs out, then ask the caught-up
@@ -330,17 +304,12 @@ impl Leader {
         if !membership.voter_ids().any(|v| v == target) || !self.caught_up(target, 1.0) {
             return Err(Error::BadLeaderTransferee);
         }
-        let node = membership
-            .get_node(&target)
-            .cloned()
-            .ok_or(Error::BadLeaderTransferee)?;
+        let node = membership.get_node(&target).cloned().ok_or(Error::BadLeaderTransferee)?;
         self.raft.runtime_config().heartbeat(false);
         let outcome = async {
             // openraft's leader lease is the maximum election timeout (--election-timeout here).
             tokio::time::sleep(self.election_timeout + Duration::from_millis(50)).await;
-            self.forwarder
-                .send(&node, &LeaderRequest::Campaign, self.election_timeout * 2)
-                .await?;
+            self.forwarder.send(&node, &LeaderRequest::Campaign, self.election_timeout * 2).await?;
             let mut metrics = self.raft.metrics();
             let moved = metrics.wait_for(|m| m.current_leader == Some(target) || m.current_leader.is_none());
             tokio::time::timeout(self.election_timeout * 4, moved)

@@ -46,21 +46,13 @@ impl RaftNetworkFactory<TypeConfig> for PeerNetwork {
     type Network = PeerClient;
 
     async fn new_client(&mut self, target: NodeId, node: &MemberNode) -> Self::Network {
-        let client = node
-            .peer_urls
-            .first()
-            .and_then(|url| Endpoint::from_shared(url.clone()).ok())
-            .map(|endpoint| {
-                let endpoint = endpoint.tcp_nodelay(true).local_address(self.local_ip);
-                RaftPeerClient::new(endpoint.connect_lazy())
-                    .max_decoding_message_size(usize::MAX)
-                    .max_encoding_message_size(usize::MAX)
-            });
-        PeerClient {
-            target,
-            node: node.clone(),
-            client,
-        }
+        let client = node.peer_urls.first().and_then(|url| Endpoint::from_shared(url.clone()).ok()).map(|endpoint| {
+            let endpoint = endpoint.tcp_nodelay(true).local_address(self.local_ip);
+            RaftPeerClient::new(endpoint.connect_lazy())
+                .max_decoding_message_size(usize::MAX)
+                .max_encoding_message_size(usize::MAX)
+        });
+        PeerClient { target, node: node.clone(), client }
     }
 }
 
@@ -68,9 +60,7 @@ type RpcResult<T, E> = Result<T, RPCError<NodeId, MemberNode, E>>;
 
 impl PeerClient {
     fn client<E: std::error::Error>(&self) -> RpcResult<RaftPeerClient<Channel>, E> {
-        self.client
-            .clone()
-            .ok_or_else(|| RPCError::Unreachable(Unreachable::new(&PeerError::NoUrl(self.target))))
+        self.client.clone().ok_or_else(|| RPCError::Unreachable(Unreachable::new(&PeerError::NoUrl(self.target))))
     }
 
     /// Turns the peer's encoded `Result` into openraft's RPC result.
@@ -78,9 +68,7 @@ impl PeerClient {
         &self,
         reply: Result<tonic::Response<raftpb::RaftMessage>, tonic::Status>,
     ) -> RpcResult<T, E> {
-        let message = reply
-            .map_err(|status| RPCError::Unreachable(Unreachable::new(&status)))?
-            .into_inner();
+        let message = reply.map_err(|status| RPCError::Unreachable(Unreachable::new(&status)))?.into_inner();
         let result: Result<T, E> = decode(&message.payload)
             .map_err(|e| RPCError::Network(NetworkError::new(&PeerError::Codec(e.to_string()))))?;
         result.map_err(|e| RPCError::RemoteError(RemoteError::new_with_node(self.target, self.node.clone(), e)))
@@ -116,12 +104,7 @@ impl RaftNetwork<TypeConfig> for PeerClient {
     ) -> RpcResult<InstallSnapshotResponse<NodeId>, RaftError<NodeId, InstallSnapshotError>> {
         let meta = encode(&(&rpc.vote, &rpc.meta))
             .map_err(|e| RPCError::Network(NetworkError::new(&PeerError::Codec(e.to_string()))))?;
-        let chunk = raftpb::SnapshotChunk {
-            meta,
-            offset: rpc.offset,
-            data: rpc.data,
-            done: rpc.done,
-        };
+        let chunk = raftpb::SnapshotChunk { meta, offset: rpc.offset, data: rpc.data, done: rpc.done };
         let request = with_deadline(tokio_stream::iter([chunk]), &option);
         let reply = self.client()?.install_snapshot(request).await;
         self.reply(reply)

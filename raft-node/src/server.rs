@@ -7,9 +7,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::{bail, Context};
-use kv_api::service::cluster::ClusterService;
 use kv_api::lease::expiry::LeaseDeadlines;
 use kv_api::lease::service::LeaseService;
+use kv_api::service::cluster::ClusterService;
 use kv_api::service::kv::KvService;
 use kv_api::service::limit::MessageLimit;
 use kv_api::service::maintenance::MaintenanceService;
@@ -50,11 +50,7 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> anyhow::
     let initial_cluster = config.initial_cluster()?;
     let client_addrs = addrs(&config.listen_client_urls)?;
     let peer_addrs = addrs(&config.listen_peer_urls)?;
-    let own_peer_ip = config
-        .initial_advertise_peer_urls
-        .first()
-        .and_then(|u| socket_addr(u).ok())
-        .map(|a| a.ip());
+    let own_peer_ip = config.initial_advertise_peer_urls.first().and_then(|u| socket_addr(u).ok()).map(|a| a.ip());
     let forwarder = Forwarder::new(own_peer_ip);
 
     let member_dir = config.data_dir().join("member");
@@ -100,15 +96,9 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> anyhow::
     .validate()
     .context("invalid Raft timing (heartbeat interval must be below the election timeout)")?;
     let network = PeerNetwork { local_ip: own_peer_ip };
-    let raft = Raft::new(
-        identity.member_id,
-        Arc::new(raft_config),
-        network,
-        log_store,
-        state_machine,
-    )
-    .await
-    .context("starting Raft")?;
+    let raft = Raft::new(identity.member_id, Arc::new(raft_config), network, log_store, state_machine)
+        .await
+        .context("starting Raft")?;
     // Elections run on the logical clock of `election` (openraft's wall-clock timer is switched off).
     let clock = ElectionClock::new(
         raft.clone(),
@@ -141,10 +131,7 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> anyhow::
     };
     let consensus = Arc::new(RaftConsensus::new(leader.clone()));
     let api = ApiConfig {
-        limits: Limits {
-            max_txn_ops: config.max_txn_ops,
-            max_request_bytes: config.max_request_bytes,
-        },
+        limits: Limits { max_txn_ops: config.max_txn_ops, max_request_bytes: config.max_request_bytes },
         version: config.emulated_version.clone(),
         // etcd: a lease lives at least 1.5 election timeouts, rounded up to whole seconds.
         min_lease_ttl: (config.election_timeout * 3).div_ceil(2000) as i64,
@@ -195,9 +182,7 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> anyhow::
     for addr in peer_addrs {
         let listener = bind(addr).await?;
         info!(%addr, "serving peer requests");
-        let router = tonic::transport::Server::builder()
-            .tcp_nodelay(true)
-            .add_service(peer.clone());
+        let router = tonic::transport::Server::builder().tcp_nodelay(true).add_service(peer.clone());
         let stop = stopped(stop_rx.clone());
         let incoming = TcpListenerStream::new(listener);
         servers.spawn(async move { router.serve_with_incoming_shutdown(incoming, stop).await });
@@ -275,9 +260,7 @@ async fn removed_from_cluster(raft: Raft, id: NodeId) {
 }
 
 async fn bind(addr: SocketAddr) -> anyhow::Result<tokio::net::TcpListener> {
-    tokio::net::TcpListener::bind(addr)
-        .await
-        .with_context(|| format!("listening on {addr}"))
+    tokio::net::TcpListener::bind(addr).await.with_context(|| format!("listening on {addr}"))
 }
 
 fn addrs(urls: &[String]) -> anyhow::Result<Vec<SocketAddr>> {
@@ -335,11 +318,7 @@ fn bootstrap_members(config: &Config, initial_cluster: &BTreeMap<String, Vec<Str
     initial_cluster
         .iter()
         .map(|(name, peer_urls)| {
-            let node = MemberNode {
-                name: name.clone(),
-                peer_urls: peer_urls.clone(),
-                client_urls: Vec::new(),
-            };
+            let node = MemberNode { name: name.clone(), peer_urls: peer_urls.clone(), client_urls: Vec::new() };
             (member_id(peer_urls, &config.initial_cluster_token), node)
         })
         .collect()
@@ -360,10 +339,7 @@ async fn join_identity(
     }
     for attempt in 0..30 {
         for peer in &peers {
-            match forwarder
-                .send(peer, &LeaderRequest::ClusterInfo, Duration::from_secs(2))
-                .await
-            {
+            match forwarder.send(peer, &LeaderRequest::ClusterInfo, Duration::from_secs(2)).await {
                 Ok(LeaderReply::ClusterInfo { cluster_id, members }) => {
                     let own = members.iter().find(|m| {
                         let mut urls = m.peer_ur_ls.clone();
@@ -371,12 +347,7 @@ async fn join_identity(
                         urls == own_urls
                     });
                     match own {
-                        Some(member) => {
-                            return Ok(Identity {
-                                member_id: member.id,
-                                cluster_id,
-                            })
-                        }
+                        Some(member) => return Ok(Identity { member_id: member.id, cluster_id }),
                         None => bail!(
                             "this member ({}) is not in the cluster: add it first with `etcdctl member add`",
                             own_urls.join(",")
@@ -396,23 +367,14 @@ async fn join_identity(
 /// (a member added at run time is unnamed until it starts, as in etcd).
 async fn publish(consensus: Arc<RaftConsensus>, raft: Raft, id: NodeId, config: Config) {
     loop {
-        let current = raft
-            .metrics()
-            .borrow()
-            .membership_config
-            .membership()
-            .get_node(&id)
-            .cloned();
+        let current = raft.metrics().borrow().membership_config.membership().get_node(&id).cloned();
         let published =
             current.is_some_and(|node| node.name == config.name && node.client_urls == config.advertise_client_urls);
         if published {
             return;
         }
-        let request = LeaderRequest::Publish {
-            id,
-            name: config.name.clone(),
-            client_urls: config.advertise_client_urls.clone(),
-        };
+        let request =
+            LeaderRequest::Publish { id, name: config.name.clone(), client_urls: config.advertise_client_urls.clone() };
         if let Err(err) = consensus.publish(request).await {
             info!(%err, "cannot publish this member's name and client URLs yet; retrying");
             tokio::time::sleep(Duration::from_millis(200)).await;

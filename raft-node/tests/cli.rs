@@ -4,10 +4,7 @@
 use std::process::Command;
 
 fn raft_node(args: &[&str]) -> std::process::Output {
-    Command::new(env!("CARGO_BIN_EXE_raft-node"))
-        .args(args)
-        .output()
-        .expect("the raft-node binary runs")
+    Command::new(env!("CARGO_BIN_EXE_raft-node")).args(args).output().expect("the raft-node binary runs")
 }
 
 #[test]
@@ -42,14 +39,8 @@ fn bad_flags_are_refused() {
     let data_dir = data_dir.to_str().expect("utf-8 path");
     let cases: [(&[&str], &str); 3] = [
         (&["--initial-cluster-state", "bogus"], "invalid value 'bogus'"),
-        (
-            &["--data-dir", data_dir, "--name", "n2"],
-            "couldn't find local name \"n2\"",
-        ),
-        (
-            &["--data-dir", data_dir, "--listen-client-urls", "ftp://x:1"],
-            "invalid URL",
-        ),
+        (&["--data-dir", data_dir, "--name", "n2"], "couldn't find local name \"n2\""),
+        (&["--data-dir", data_dir, "--listen-client-urls", "ftp://x:1"], "invalid URL"),
     ];
     for (args, want) in cases {
         let out = raft_node(args);

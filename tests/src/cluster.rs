@@ -32,16 +32,10 @@ pub struct Timing {
 
 impl Timing {
     /// Fast failover, for tests that kill or pause a leader.
-    pub const FAST: Timing = Timing {
-        heartbeat: Duration::from_millis(50),
-        election: Duration::from_millis(500),
-    };
+    pub const FAST: Timing = Timing { heartbeat: Duration::from_millis(50), election: Duration::from_millis(500) };
     /// etcd's defaults, spelled out: for tests where a spurious election (a loaded machine missing
     /// heartbeats) would be a false failure.
-    pub const DEFAULT: Timing = Timing {
-        heartbeat: Duration::from_millis(100),
-        election: Duration::from_millis(1000),
-    };
+    pub const DEFAULT: Timing = Timing { heartbeat: Duration::from_millis(100), election: Duration::from_millis(1000) };
 }
 
 /// Server flags shared by every member of a cluster.
@@ -60,12 +54,7 @@ pub struct ClusterConfig {
 impl ClusterConfig {
     /// `size` members of the `KV_TEST_SERVER` kind with default flags.
     pub fn new(size: usize) -> ClusterConfig {
-        ClusterConfig {
-            kind: ServerKind::from_env(),
-            size,
-            timing: None,
-            snapshot_count: None,
-        }
+        ClusterConfig { kind: ServerKind::from_env(), size, timing: None, snapshot_count: None }
     }
 }
 
@@ -96,11 +85,8 @@ impl Cluster {
                 .map(|(name, pair)| format!("{name}=http://127.0.0.1:{}", pair[1]))
                 .collect::<Vec<_>>()
                 .join(",");
-            let mut cluster = Cluster {
-                token: unique_token(),
-                config: config.clone(),
-                members: Vec::with_capacity(config.size),
-            };
+            let mut cluster =
+                Cluster { token: unique_token(), config: config.clone(), members: Vec::with_capacity(config.size) };
             let cluster_args = cluster.cluster_args(&initial_cluster, "new");
             for (name, pair) in names.iter().zip(ports.chunks(2)) {
                 let member = ClusterMember::spawn(config.kind, name, pair[0], pair[1], &cluster_args)?;
@@ -150,9 +136,7 @@ impl Cluster {
 
     /// The indexes of the members whose process is alive (paused ones included).
     pub fn running(&self) -> Vec<usize> {
-        (0..self.members.len())
-            .filter(|&i| self.members[i].is_running())
-            .collect()
+        (0..self.members.len()).filter(|&i| self.members[i].is_running()).collect()
     }
 
     /// The client endpoints of the running members (learners left out), joined with commas for
@@ -296,9 +280,7 @@ impl Cluster {
     }
 
     async fn agreed_leader(&self) -> anyhow::Result<usize> {
-        let reachable: Vec<usize> = (0..self.members.len())
-            .filter(|&i| self.members[i].is_reachable())
-            .collect();
+        let reachable: Vec<usize> = (0..self.members.len()).filter(|&i| self.members[i].is_reachable()).collect();
         let statuses = self.statuses(&reachable).await?;
         let Some(first) = statuses.first() else {
             bail!("no reachable member");
@@ -328,14 +310,8 @@ fn printed_var(printed: &str, name: &str) -> anyhow::Result<String> {
 /// A cluster token no other cluster (in this or a parallel test process) uses.
 fn unique_token() -> String {
     static COUNTER: AtomicUsize = AtomicUsize::new(0);
-    let nanos = SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |elapsed| elapsed.as_nanos());
-    format!(
-        "kv-test-{}-{}-{nanos}",
-        std::process::id(),
-        COUNTER.fetch_add(1, Ordering::Relaxed)
-    )
+    let nanos = SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |elapsed| elapsed.as_nanos());
+    format!("kv-test-{}-{}-{nanos}", std::process::id(), COUNTER.fetch_add(1, Ordering::Relaxed))
 }
 
 #[cfg(test)]
@@ -351,10 +327,7 @@ mod tests {
             ETCD_INITIAL_ADVERTISE_PEER_URLS=\"http://127.0.0.1:32383\"\n\
             ETCD_INITIAL_CLUSTER_STATE=\"existing\"\n";
         let cases = [
-            (
-                "ETCD_INITIAL_CLUSTER",
-                Some("n4=http://127.0.0.1:32383,n3=http://127.0.0.1:32382"),
-            ),
+            ("ETCD_INITIAL_CLUSTER", Some("n4=http://127.0.0.1:32383,n3=http://127.0.0.1:32382")),
             ("ETCD_INITIAL_CLUSTER_STATE", Some("existing")),
             ("ETCD_NAME", Some("n4")),
             ("ETCD_DATA_DIR", None),

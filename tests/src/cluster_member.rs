@@ -70,9 +70,7 @@ impl ClusterMember {
         peer_port: u16,
         cluster_args: &[String],
     ) -> anyhow::Result<ClusterMember> {
-        let dir = tempfile::Builder::new()
-            .prefix(&format!("kv-cluster-{name}-"))
-            .tempdir()?;
+        let dir = tempfile::Builder::new().prefix(&format!("kv-cluster-{name}-")).tempdir()?;
         let mut member = ClusterMember {
             kind,
             binary: kind.binary()?,
@@ -144,9 +142,7 @@ impl ClusterMember {
 
     /// Whether the process is alive (it may be paused).
     pub fn is_running(&self) -> bool {
-        self.child()
-            .as_mut()
-            .is_some_and(|child| matches!(child.try_wait(), Ok(None)))
+        self.child().as_mut().is_some_and(|child| matches!(child.try_wait(), Ok(None)))
     }
 
     /// Whether the process is alive and not paused, so that it can answer.
@@ -206,18 +202,14 @@ impl ClusterMember {
 
     /// A client connected to this member only, with the given request timeout.
     pub async fn client_with_timeout(&self, timeout: Duration) -> anyhow::Result<Client> {
-        let options = ConnectOptions::new()
-            .with_connect_timeout(Duration::from_secs(2))
-            .with_timeout(timeout);
+        let options = ConnectOptions::new().with_connect_timeout(Duration::from_secs(2)).with_timeout(timeout);
         Ok(Client::connect([self.endpoint()], Some(options)).await?)
     }
 
     /// Maintenance.Status of this member, failing after a short timeout.
     pub async fn status(&self) -> anyhow::Result<MemberStatus> {
         let probe = async {
-            let options = ConnectOptions::new()
-                .with_connect_timeout(STATUS_TIMEOUT)
-                .with_timeout(STATUS_TIMEOUT);
+            let options = ConnectOptions::new().with_connect_timeout(STATUS_TIMEOUT).with_timeout(STATUS_TIMEOUT);
             let mut client = Client::connect([self.endpoint()], Some(options)).await?;
             let status = client.status().await?;
             let header = status.header().context("Status response without a header")?;
@@ -256,12 +248,7 @@ impl ClusterMember {
         let mut last_error = String::from("no attempt");
         while Instant::now() < deadline {
             if !self.is_running() {
-                bail!(
-                    "{:?} member {} exited before it served; log:\n{}",
-                    self.kind,
-                    self.name,
-                    tail(&self.log(), 60)
-                );
+                bail!("{:?} member {} exited before it served; log:\n{}", self.kind, self.name, tail(&self.log(), 60));
             }
             match self.status().await {
                 Ok(_) => return Ok(()),

@@ -15,11 +15,7 @@ pub fn line_diff(expected: &str, actual: &str) -> Option<String> {
     let mut lcs = vec![vec![0usize; b.len() + 1]; a.len() + 1];
     for i in (0..a.len()).rev() {
         for j in (0..b.len()).rev() {
-            lcs[i][j] = if a[i] == b[j] {
-                lcs[i + 1][j + 1] + 1
-            } else {
-                lcs[i + 1][j].max(lcs[i][j + 1])
-            };
+            lcs[i][j] = if a[i] == b[j] { lcs[i + 1][j + 1] + 1 } else { lcs[i + 1][j].max(lcs[i][j + 1]) };
         }
     }
     // The edit script: (marker, line).
@@ -68,21 +64,13 @@ mod tests {
         let cases = [
             ("a\nb\n", "a\nb\n", None),
             ("a\nb\nc\n", "a\nx\nc\n", Some(" a\n+x\n-b\n c\n")),
-            (
-                "1\n2\n3\n4\n5\n6\n7\n8\n9\n",
-                "1\n2\n3\n4\n5\n6\n7\n8\nx\n",
-                Some("...\n 6\n 7\n 8\n+x\n-9\n"),
-            ),
+            ("1\n2\n3\n4\n5\n6\n7\n8\n9\n", "1\n2\n3\n4\n5\n6\n7\n8\nx\n", Some("...\n 6\n 7\n 8\n+x\n-9\n")),
             ("a\n", "a\nb\n", Some(" a\n+b\n")),
             ("a\nb\n", "b\n", Some("-a\n b\n")),
             ("a", "a\n", Some("(the texts differ only in their final newline)\n")),
         ];
         for (expected, actual, want) in cases {
-            assert_eq!(
-                line_diff(expected, actual).as_deref(),
-                want,
-                "{expected:?} vs {actual:?}"
-            );
+            assert_eq!(line_diff(expected, actual).as_deref(), want, "{expected:?} vs {actual:?}");
         }
     }
 }

@@ -27,12 +27,7 @@ impl CtlOutput {
     /// The stdout of a successful run, or an error carrying everything it printed.
     pub fn ok(self) -> anyhow::Result<String> {
         if !self.success() {
-            bail!(
-                "etcdctl failed ({:?}):\nstdout:\n{}\nstderr:\n{}",
-                self.code,
-                self.stdout,
-                self.stderr
-            );
+            bail!("etcdctl failed ({:?}):\nstdout:\n{}\nstderr:\n{}", self.code, self.stdout, self.stderr);
         }
         Ok(self.stdout)
     }

@@ -17,11 +17,7 @@ pub fn assert_grpc_error<T: std::fmt::Debug>(result: Result<T, etcd_client::Erro
     match result {
         Ok(value) => panic!("expected {code:?} {message:?}, got Ok({value:?})"),
         Err(err) => {
-            assert_eq!(
-                grpc_error(&err),
-                Some((code, message.to_owned())),
-                "unexpected error: {err}"
-            );
+            assert_eq!(grpc_error(&err), Some((code, message.to_owned())), "unexpected error: {err}");
         }
     }
 }

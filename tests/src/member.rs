@@ -32,11 +32,7 @@ pub struct MemberConfig {
 
 impl Default for MemberConfig {
     fn default() -> Self {
-        MemberConfig {
-            kind: ServerKind::from_env(),
-            max_txn_ops: None,
-            max_request_bytes: None,
-        }
+        MemberConfig { kind: ServerKind::from_env(), max_txn_ops: None, max_request_bytes: None }
     }
 }
 
@@ -61,14 +57,7 @@ impl Member {
     pub async fn start_with(config: MemberConfig) -> anyhow::Result<Member> {
         let binary = config.kind.binary()?;
         let dir = tempfile::Builder::new().prefix("kv-member-").tempdir()?;
-        let mut member = Member {
-            config,
-            binary,
-            dir,
-            client_port: 0,
-            peer_port: 0,
-            child: None,
-        };
+        let mut member = Member { config, binary, dir, client_port: 0, peer_port: 0, child: None };
         for attempt in 1..=PORT_RETRIES {
             member.client_port = free_port()?;
             member.peer_port = free_port()?;
@@ -124,9 +113,8 @@ impl Member {
 
     /// A client connected to this member only.
     pub async fn client(&self) -> anyhow::Result<Client> {
-        let options = ConnectOptions::new()
-            .with_connect_timeout(Duration::from_secs(2))
-            .with_timeout(Duration::from_secs(10));
+        let options =
+            ConnectOptions::new().with_connect_timeout(Duration::from_secs(2)).with_timeout(Duration::from_secs(10));
         Ok(Client::connect([self.endpoint()], Some(options)).await?)
     }
 
@@ -165,9 +153,7 @@ impl Member {
     }
 
     fn exited(&mut self) -> bool {
-        self.child
-            .as_mut()
-            .is_none_or(|child| !matches!(child.try_wait(), Ok(None)))
+        self.child.as_mut().is_none_or(|child| !matches!(child.try_wait(), Ok(None)))
     }
 
     /// The flags of a single-member cluster. etcd ignores the `--initial-*` ones on a restart.
@@ -211,11 +197,7 @@ impl Member {
         let mut last_error = String::from("no attempt");
         while Instant::now() < deadline {
             if self.exited() {
-                bail!(
-                    "{:?} member exited before it was ready; log:\n{}",
-                    self.kind(),
-                    self.log()
-                );
+                bail!("{:?} member exited before it was ready; log:\n{}", self.kind(), self.log());
             }
             match tokio::time::timeout(Duration::from_secs(3), self.probe()).await {
                 Ok(Ok(())) => return Ok(()),
@@ -242,12 +224,7 @@ impl Drop for Member {
     fn drop(&mut self) {
         // The test harness shows captured output only for failing tests, so always leave the log's
         // end there: a test that returns `Err` fails without panicking.
-        eprintln!(
-            "---- {:?} member log ({}) ----\n{}",
-            self.kind(),
-            self.endpoint(),
-            tail(&self.log(), 60)
-        );
+        eprintln!("---- {:?} member log ({}) ----\n{}", self.kind(), self.endpoint(), tail(&self.log(), 60));
         // Nothing to do about a failure while dropping; the temp dir goes away anyway.
         let _ = self.kill9();
     }

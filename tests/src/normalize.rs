@@ -48,11 +48,7 @@ impl Masks {
 
 /// Drops the Go client's JSON log lines from etcdctl's stderr.
 pub fn strip_client_logs(stderr: &str) -> String {
-    stderr
-        .lines()
-        .filter(|line| !line.starts_with("{\"level\":"))
-        .map(|line| format!("{line}\n"))
-        .collect()
+    stderr.lines().filter(|line| !line.starts_with("{\"level\":")).map(|line| format!("{line}\n")).collect()
 }
 
 /// Replaces the digits after every `prefix` with `placeholder`.
@@ -80,11 +76,7 @@ fn mask_after(text: &str, prefix: &str, placeholder: &str) -> String {
         out.push_str(placeholder);
         let end = rest[after..].find([',', '"', '\n']).map_or(rest.len(), |i| after + i);
         // The placeholder of a quoted value carries its closing quote.
-        rest = if placeholder.ends_with('"') && rest[end..].starts_with('"') {
-            &rest[end + 1..]
-        } else {
-            &rest[end..]
-        };
+        rest = if placeholder.ends_with('"') && rest[end..].starts_with('"') { &rest[end + 1..] } else { &rest[end..] };
     }
     out.push_str(rest);
     out
@@ -96,12 +88,7 @@ mod tests {
 
     #[test]
     fn masks_ids_ports_terms_and_durations() {
-        let masks = Masks::new(
-            15118495548433857066,
-            13668033151171901709,
-            "127.0.0.1:23791",
-            "127.0.0.1:23801",
-        );
+        let masks = Masks::new(15118495548433857066, 13668033151171901709, "127.0.0.1:23791", "127.0.0.1:23801");
         let cases = [
             (
                 r#"{"header":{"cluster_id":15118495548433857066,"member_id":13668033151171901709,"revision":2,"raft_term":2}}"#,

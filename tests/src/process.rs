@@ -15,22 +15,13 @@ pub(crate) fn free_port() -> anyhow::Result<u16> {
 }
 
 pub(crate) fn open_append(path: &Path) -> anyhow::Result<File> {
-    OpenOptions::new()
-        .create(true)
-        .append(true)
-        .open(path)
-        .with_context(|| format!("open {}", path.display()))
+    OpenOptions::new().create(true).append(true).open(path).with_context(|| format!("open {}", path.display()))
 }
 
 /// `count` distinct ports that were free a moment ago, all held at once so that they differ.
 pub(crate) fn free_ports(count: usize) -> anyhow::Result<Vec<u16>> {
-    let listeners = (0..count)
-        .map(|_| TcpListener::bind("127.0.0.1:0"))
-        .collect::<Result<Vec<_>, _>>()?;
-    listeners
-        .iter()
-        .map(|listener| Ok(listener.local_addr()?.port()))
-        .collect()
+    let listeners = (0..count).map(|_| TcpListener::bind("127.0.0.1:0")).collect::<Result<Vec<_>, _>>()?;
+    listeners.iter().map(|listener| Ok(listener.local_addr()?.port())).collect()
 }
 
 /// The last `lines` lines of `text`.
@@ -42,10 +33,7 @@ pub(crate) fn tail(text: &str, lines: usize) -> String {
 /// Sends `signal` (`STOP`, `CONT`, ...) to process `pid` with `kill -s`. The workspace forbids `unsafe`,
 /// which `libc::kill` needs, and a fork per signal costs nothing next to a member process.
 pub(crate) fn send_signal(pid: u32, signal: &str) -> anyhow::Result<()> {
-    let status = Command::new("kill")
-        .args(["-s", signal, &pid.to_string()])
-        .status()
-        .context("run kill")?;
+    let status = Command::new("kill").args(["-s", signal, &pid.to_string()]).status().context("run kill")?;
     if !status.success() {
         bail!("kill -s {signal} {pid} failed: {status}");
     }

@@ -79,9 +79,7 @@ fn cells(line: &str, widths: &[usize], align: Align) -> anyhow::Result<Vec<Strin
     let mut out = Vec::with_capacity(widths.len());
     for &width in widths {
         // Cells are ASCII here (IDs, URLs, numbers, names), so bytes are columns.
-        let (cell, tail) = rest
-            .split_at_checked(width + 2)
-            .with_context(|| format!("short line {line:?}"))?;
+        let (cell, tail) = rest.split_at_checked(width + 2).with_context(|| format!("short line {line:?}"))?;
         rest = tail.strip_prefix('|').with_context(|| format!("misaligned {line:?}"))?;
         let value = cell.trim();
         let gap = width - value.len().min(width);
@@ -117,18 +115,12 @@ mod tests {
     #[test]
     fn parses_etcdctl_tables() {
         let table = Table::parse(MEMBER_LIST).expect("parse");
-        assert_eq!(
-            table.header,
-            ["ID", "STATUS", "NAME", "PEER ADDRS", "CLIENT ADDRS", "IS LEARNER"]
-        );
+        assert_eq!(table.header, ["ID", "STATUS", "NAME", "PEER ADDRS", "CLIENT ADDRS", "IS LEARNER"]);
         assert_eq!(table.rows.len(), 2);
         assert_eq!(table.column("NAME"), ["n3", "n2"]);
         assert_eq!(table.cell(1, "CLIENT ADDRS"), "http://127.0.0.1:32371");
         let empty_cells = "+---+----+\n| A | BB |\n+---+----+\n|   |  x |\n+---+----+\n";
-        assert_eq!(
-            Table::parse(empty_cells).expect("parse").rows,
-            [vec![String::new(), "x".to_owned()]]
-        );
+        assert_eq!(Table::parse(empty_cells).expect("parse").rows, [vec![String::new(), "x".to_owned()]]);
     }
 
     #[test]
@@ -137,14 +129,8 @@ mod tests {
             ("left-aligned cell", MEMBER_LIST.replace("|   n3 |", "| n3   |")),
             ("header not centered", MEMBER_LIST.replace("| STATUS  |", "|  STATUS |")),
             ("no trailing newline", MEMBER_LIST.trim_end().to_owned()),
-            (
-                "missing bottom border",
-                MEMBER_LIST.lines().take(5).collect::<Vec<_>>().join("\n") + "\n",
-            ),
-            (
-                "ragged row",
-                MEMBER_LIST.replace("|      false |\n| 55", "|     false |\n| 55"),
-            ),
+            ("missing bottom border", MEMBER_LIST.lines().take(5).collect::<Vec<_>>().join("\n") + "\n"),
+            ("ragged row", MEMBER_LIST.replace("|      false |\n| 55", "|     false |\n| 55")),
         ];
         for (what, text) in cases {
             assert!(Table::parse(&text).is_err(), "{what}: {text}");

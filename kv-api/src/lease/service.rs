@@ -23,11 +23,7 @@ pub struct LeaseService<C> {
 
 impl<C: Consensus> LeaseService<C> {
     pub fn new(consensus: Arc<C>, store: SharedStore, config: ApiConfig) -> Self {
-        Self {
-            consensus,
-            store,
-            config,
-        }
+        Self { consensus, store, config }
     }
 
     fn header(&self) -> Option<pb::ResponseHeader> {
@@ -81,38 +77,19 @@ impl<C: Consensus> LeaseService<C> {
         let lease = self.store.read().lease(req.id).cloned();
         let (ttl, granted_ttl, keys) = match (remaining, lease) {
             (Some(remaining), Some(lease)) => {
-                let keys = if req.keys {
-                    lease.keys.into_iter().collect()
-                } else {
-                    Vec::new()
-                };
+                let keys = if req.keys { lease.keys.into_iter().collect() } else { Vec::new() };
                 (remaining, lease.ttl, keys)
             }
             // An unknown lease answers TTL -1, not an error (etcd).
             _ => (-1, 0, Vec::new()),
         };
-        Ok(pb::LeaseTimeToLiveResponse {
-            header: self.header(),
-            id: req.id,
-            ttl,
-            granted_ttl,
-            keys,
-        })
+        Ok(pb::LeaseTimeToLiveResponse { header: self.header(), id: req.id, ttl, granted_ttl, keys })
     }
 
     async fn leases(&self) -> Result<pb::LeaseLeasesResponse> {
         self.consensus.read_barrier().await?;
-        let leases = self
-            .store
-            .read()
-            .leases()
-            .into_iter()
-            .map(|(id, _)| pb::LeaseStatus { id })
-            .collect();
-        Ok(pb::LeaseLeasesResponse {
-            header: self.header(),
-            leases,
-        })
+        let leases = self.store.read().leases().into_iter().map(|(id, _)| pb::LeaseStatus { id }).collect();
+        Ok(pb::LeaseLeasesResponse { header: self.header(), leases })
     }
 }
 
@@ -154,11 +131,7 @@ impl<C: Consensus> pb::lease_server::Lease for LeaseService<C> {
                 let req = req?;
                 let ttl = consensus.lease_keep_alive(req.id).await?;
                 let header = current_header(&*consensus, &store);
-                Ok(pb::LeaseKeepAliveResponse {
-                    header,
-                    id: req.id,
-                    ttl,
-                })
+                Ok(pb::LeaseKeepAliveResponse { header, id: req.id, ttl })
             }
         });
         Ok(Response::new(Box::pin(responses)))

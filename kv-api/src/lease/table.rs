@@ -33,13 +33,7 @@ impl LeaseTable {
     }
 
     pub fn grant(&mut self, id: LeaseId, ttl: i64) {
-        self.leases.insert(
-            id,
-            Lease {
-                ttl,
-                keys: BTreeSet::new(),
-            },
-        );
+        self.leases.insert(id, Lease { ttl, keys: BTreeSet::new() });
     }
 
     /// Removes a lease; returns it with its keys (which the caller deletes).
@@ -99,10 +93,7 @@ mod tests {
         table.attach(b"b", 0);
         table.attach(b"c", 9); // an unknown lease holds nothing
         assert_eq!(table.get(1).map(|l| l.keys.len()), Some(0));
-        assert_eq!(
-            table.get(2).map(|l| l.keys.iter().cloned().collect::<Vec<_>>()),
-            Some(vec![b"a".to_vec()])
-        );
+        assert_eq!(table.get(2).map(|l| l.keys.iter().cloned().collect::<Vec<_>>()), Some(vec![b"a".to_vec()]));
         assert_eq!(table.list(), vec![(1, 10), (2, 20)]);
         assert_eq!(table.revoke(2).map(|l| l.ttl), Some(20));
         assert!(!table.contains(2));

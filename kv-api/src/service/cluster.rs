@@ -32,11 +32,7 @@ impl<C: Consensus> pb::cluster_server::Cluster for ClusterService<C> {
     ) -> Result<Response<pb::MemberAddResponse>, Status> {
         let req = request.into_inner();
         let (member, members) = self.consensus.member_add(req.peer_ur_ls, req.is_learner).await?;
-        Ok(Response::new(pb::MemberAddResponse {
-            header: self.header(),
-            member: Some(member),
-            members,
-        }))
+        Ok(Response::new(pb::MemberAddResponse { header: self.header(), member: Some(member), members }))
     }
 
     async fn member_remove(
@@ -44,10 +40,7 @@ impl<C: Consensus> pb::cluster_server::Cluster for ClusterService<C> {
         request: Request<pb::MemberRemoveRequest>,
     ) -> Result<Response<pb::MemberRemoveResponse>, Status> {
         let members = self.consensus.member_remove(request.into_inner().id).await?;
-        Ok(Response::new(pb::MemberRemoveResponse {
-            header: self.header(),
-            members,
-        }))
+        Ok(Response::new(pb::MemberRemoveResponse { header: self.header(), members }))
     }
 
     async fn member_update(
@@ -56,20 +49,14 @@ impl<C: Consensus> pb::cluster_server::Cluster for ClusterService<C> {
     ) -> Result<Response<pb::MemberUpdateResponse>, Status> {
         let req = request.into_inner();
         let members = self.consensus.member_update(req.id, req.peer_ur_ls).await?;
-        Ok(Response::new(pb::MemberUpdateResponse {
-            header: self.header(),
-            members,
-        }))
+        Ok(Response::new(pb::MemberUpdateResponse { header: self.header(), members }))
     }
 
     async fn member_list(
         &self,
         _request: Request<pb::MemberListRequest>,
     ) -> Result<Response<pb::MemberListResponse>, Status> {
-        Ok(Response::new(pb::MemberListResponse {
-            header: self.header(),
-            members: self.consensus.members(),
-        }))
+        Ok(Response::new(pb::MemberListResponse { header: self.header(), members: self.consensus.members() }))
     }
 
     async fn member_promote(
@@ -77,9 +64,6 @@ impl<C: Consensus> pb::cluster_server::Cluster for ClusterService<C> {
         request: Request<pb::MemberPromoteRequest>,
     ) -> Result<Response<pb::MemberPromoteResponse>, Status> {
         let members = self.consensus.member_promote(request.into_inner().id).await?;
-        Ok(Response::new(pb::MemberPromoteResponse {
-            header: self.header(),
-            members,
-        }))
+        Ok(Response::new(pb::MemberPromoteResponse { header: self.header(), members }))
     }
 }

@@ -20,11 +20,7 @@ pub struct KvService<C> {
 
 impl<C: Consensus> KvService<C> {
     pub fn new(consensus: Arc<C>, store: SharedStore, config: ApiConfig) -> Self {
-        Self {
-            consensus,
-            store,
-            config,
-        }
+        Self { consensus, store, config }
     }
 
     /// A learner serves serializable reads only.

@@ -42,8 +42,7 @@ where
 
     fn call(&mut self, request: http::Request<tonic::body::Body>) -> Self::Future {
         let limit = self.limit;
-        self.inner
-            .call(request.map(|body| tonic::body::Body::new(LimitedBody::new(body, limit))))
+        self.inner.call(request.map(|body| tonic::body::Body::new(LimitedBody::new(body, limit))))
     }
 }
 
@@ -71,12 +70,8 @@ impl FrameReader {
             self.header_len += take;
             chunk = &chunk[take..];
             if self.header_len == 5 {
-                let len = u64::from(u32::from_be_bytes([
-                    self.header[1],
-                    self.header[2],
-                    self.header[3],
-                    self.header[4],
-                ]));
+                let len =
+                    u64::from(u32::from_be_bytes([self.header[1], self.header[2], self.header[3], self.header[4]]));
                 if len > limit as u64 {
                     return Some(len);
                 }
@@ -96,11 +91,7 @@ struct LimitedBody {
 
 impl LimitedBody {
     fn new(inner: tonic::body::Body, limit: usize) -> Self {
-        Self {
-            inner,
-            limit,
-            reader: FrameReader::default(),
-        }
+        Self { inner, limit, reader: FrameReader::default() }
     }
 }
 
@@ -153,11 +144,7 @@ mod tests {
             let found = stream.chunks(split).find_map(|chunk| reader.feed(chunk, 20));
             assert_eq!(found, Some(40), "chunks of {split}");
             let mut reader = FrameReader::default();
-            assert_eq!(
-                stream.chunks(split).find_map(|chunk| reader.feed(chunk, 40)),
-                None,
-                "chunks of {split}"
-            );
+            assert_eq!(stream.chunks(split).find_map(|chunk| reader.feed(chunk, 40)), None, "chunks of {split}");
         }
     }
 }

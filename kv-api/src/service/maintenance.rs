@@ -18,11 +18,7 @@ pub struct MaintenanceService<C> {
 
 impl<C: Consensus> MaintenanceService<C> {
     pub fn new(consensus: Arc<C>, store: SharedStore, config: ApiConfig) -> Self {
-        Self {
-            consensus,
-            store,
-            config,
-        }
+        Self { consensus, store, config }
     }
 
     fn header(&self) -> Option<pb::ResponseHeader> {
@@ -42,10 +38,7 @@ impl<C: Consensus> pb::maintenance_server::Maintenance for MaintenanceService<C>
         match request.into_inner().action() {
             // No alarm can be raised yet (the quota arrives with the operations issue), so none is active.
             pb::alarm_request::AlarmAction::Get | pb::alarm_request::AlarmAction::Deactivate => {
-                Ok(Response::new(pb::AlarmResponse {
-                    header: self.header(),
-                    alarms: vec![],
-                }))
+                Ok(Response::new(pb::AlarmResponse { header: self.header(), alarms: vec![] }))
             }
             pb::alarm_request::AlarmAction::Activate => Err(not_yet("raising alarms")),
         }

@@ -15,11 +15,7 @@ use crate::consensus::{Consensus, SharedStore};
 pub(crate) fn fill_header<C: Consensus>(consensus: &C, store: &SharedStore, header: &mut Option<pb::ResponseHeader>) {
     let revision = header.as_ref().map_or(0, |h| h.revision);
     let mut full = consensus.header();
-    full.revision = if revision != 0 {
-        revision
-    } else {
-        store.read().current_revision()
-    };
+    full.revision = if revision != 0 { revision } else { store.read().current_revision() };
     *header = Some(full);
 }
 
@@ -42,10 +38,6 @@ pub struct ApiConfig {
 
 impl Default for ApiConfig {
     fn default() -> Self {
-        Self {
-            limits: Default::default(),
-            version: crate::ETCD_VERSION.to_string(),
-            min_lease_ttl: 2,
-        }
+        Self { limits: Default::default(), version: crate::ETCD_VERSION.to_string(), min_lease_ttl: 2 }
     }
 }

@@ -156,22 +156,8 @@ impl WatchHub {
         } else {
             state.ranges.push(key);
         }
-        state.slots.insert(
-            key,
-            Slot {
-                range,
-                signal,
-                synced,
-                lost_from: 0,
-                pending: Vec::new(),
-            },
-        );
-        Registered {
-            key,
-            revision,
-            start,
-            synced,
-        }
+        state.slots.insert(key, Slot { range, signal, synced, lost_from: 0, pending: Vec::new() });
+        Registered { key, revision, start, synced }
     }
 
     /// Forgets a watcher and its buffered events.
@@ -206,10 +192,8 @@ impl WatchHub {
                 continue;
             };
             let singles = state.by_key.get(key).into_iter().flatten();
-            let ranges = state
-                .ranges
-                .iter()
-                .filter(|k| state.slots.get(k).is_some_and(|slot| slot.range.contains(key)));
+            let ranges =
+                state.ranges.iter().filter(|k| state.slots.get(k).is_some_and(|slot| slot.range.contains(key)));
             for watcher in singles.chain(ranges) {
                 if state.slots.get(watcher).is_some_and(|slot| slot.synced) {
                     matched.entry(*watcher).or_default().push(event.clone());
@@ -250,14 +234,7 @@ impl WatchHub {
                 let events = std::mem::take(&mut slot.pending);
                 let lost_from = std::mem::take(&mut slot.lost_from);
                 let resume_from = (!slot.synced && lost_from > 0).then_some(lost_from);
-                Some((
-                    key,
-                    Drained {
-                        events,
-                        synced: slot.synced,
-                        resume_from,
-                    },
-                ))
+                Some((key, Drained { events, synced: slot.synced, resume_from }))
             })
             .collect();
         (state.notified, drained)
@@ -374,11 +351,8 @@ mod tests {
         let (rev, drained) = hub.drain([single.key, prefix.key, from_key.key]);
         assert_eq!(rev, 3);
         let got: Vec<_> = drained.iter().map(|(_, d)| keys_and_revs(d)).collect();
-        let want = [
-            vec![("a".to_string(), 2)],
-            vec![("a".to_string(), 2), ("ab".to_string(), 3)],
-            vec![("c".to_string(), 3)],
-        ];
+        let want =
+            [vec![("a".to_string(), 2)], vec![("a".to_string(), 2), ("ab".to_string(), 3)], vec![("c".to_string(), 3)]];
         assert_eq!(got, want);
         assert!(drained.iter().all(|(_, d)| d.synced && d.resume_from.is_none()));
         // Drained buffers are empty; an unregistered watcher gets nothing more.
@@ -396,10 +370,7 @@ mod tests {
         assert_eq!((w.synced, w.start, w.revision), (false, 3, 5));
         hub.notify(6, vec![put("a", 6)]);
         let (_, drained) = hub.drain([w.key]);
-        assert!(
-            drained[0].1.events.is_empty(),
-            "unsynced watchers get nothing from notify"
-        );
+        assert!(drained[0].1.events.is_empty(), "unsynced watchers get nothing from notify");
         assert_eq!((drained[0].1.synced, drained[0].1.resume_from), (false, None));
         // A catch-up that read only through 5 is behind notify.
         assert!(!hub.try_sync(w.key, 5));

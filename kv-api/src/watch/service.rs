@@ -29,12 +29,7 @@ pub struct WatchService<C> {
 
 impl<C: Consensus> WatchService<C> {
     pub fn new(consensus: Arc<C>, store: SharedStore, hub: Arc<WatchHub>, config: WatchConfig) -> Self {
-        Self {
-            consensus,
-            store,
-            hub,
-            config,
-        }
+        Self { consensus, store, hub, config }
     }
 
     /// What ends a stream from the server's side: shutdown, and for `hasleader` streams a lost leader.

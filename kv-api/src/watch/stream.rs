@@ -169,11 +169,7 @@ impl<C: Consensus> WatchStream<C> {
 
     async fn create(&mut self, create: pb::WatchCreateRequest) -> Result<(), End> {
         // As etcd: an empty key is the smallest key, `\0`.
-        let key = if create.key.is_empty() {
-            vec![0]
-        } else {
-            create.key.clone()
-        };
+        let key = if create.key.is_empty() { vec![0] } else { create.key.clone() };
         let range = WatchRange::new(key, create.range_end.clone());
         let refused = if !matches!(range.range_end.as_slice(), [] | [0]) && range.key >= range.range_end {
             Some(EMPTY_RANGE)
@@ -202,9 +198,7 @@ impl<C: Consensus> WatchStream<C> {
         } else {
             create.watch_id
         };
-        let registered = self
-            .hub
-            .register(range.clone(), create.start_revision, self.signal.clone());
+        let registered = self.hub.register(range.clone(), create.start_revision, self.signal.clone());
         let watcher = Watcher::new(id, registered.key, &create, range, registered.start, registered.synced);
         self.ids.insert(registered.key, id);
         self.watchers.insert(id, watcher);
@@ -251,11 +245,8 @@ impl<C: Consensus> WatchStream<C> {
             let revision = self.drain().await?;
             if self.watchers.values().all(|w| w.synced) && revision >= self.sent_rev {
                 self.progress_requested = false;
-                let resp = pb::WatchResponse {
-                    header: Some(self.header(revision)),
-                    watch_id: -1,
-                    ..Default::default()
-                };
+                let resp =
+                    pb::WatchResponse { header: Some(self.header(revision)), watch_id: -1, ..Default::default() };
                 self.sent_rev = revision;
                 self.send(resp).await?;
             }
@@ -276,10 +267,7 @@ impl<C: Consensus> WatchStream<C> {
             if drained.synced {
                 watcher.next_rev = watcher.next_rev.max(revision + 1);
             } else if let Some(from) = drained.resume_from {
-                debug!(
-                    watch_id = watcher.id,
-                    from, "watcher fell behind; catching up from the store"
-                );
+                debug!(watch_id = watcher.id, from, "watcher fell behind; catching up from the store");
                 watcher.next_rev = watcher.next_rev.max(from);
             }
             if events.is_empty() {
@@ -303,13 +291,8 @@ impl<C: Consensus> WatchStream<C> {
         let Some(watcher) = self.watchers.get(&id) else {
             return Ok(());
         };
-        let (range, after, prev_kv, key, window) = (
-            watcher.range.clone(),
-            watcher.next_rev - 1,
-            watcher.prev_kv,
-            watcher.key,
-            watcher.catch_up_window,
-        );
+        let (range, after, prev_kv, key, window) =
+            (watcher.range.clone(), watcher.next_rev - 1, watcher.prev_kv, watcher.key, watcher.catch_up_window);
         // Read no further than the hub announced, so that later progress revisions cover every event sent.
         let announced = self.hub.revision();
         let store = self.store.clone();
@@ -341,11 +324,8 @@ impl<C: Consensus> WatchStream<C> {
         };
         let events = watcher.select(&events);
         // Large revisions: read fewer next time rather than reading much and sending little.
-        watcher.catch_up_window = if truncated {
-            ((upto - after) * 2).max(1)
-        } else {
-            (window * 2).min(CATCH_UP_REVISIONS)
-        };
+        watcher.catch_up_window =
+            if truncated { ((upto - after) * 2).max(1) } else { (window * 2).min(CATCH_UP_REVISIONS) };
         watcher.next_rev = watcher.next_rev.max(upto + 1);
         if upto >= announced && self.hub.try_sync(key, upto) {
             watcher.synced = true;
@@ -375,12 +355,8 @@ impl<C: Consensus> WatchStream<C> {
     /// since the last tick, an empty response with the current revision.
     async fn timed_progress(&mut self) -> Result<(), End> {
         let revision = self.drain().await?;
-        let due: Vec<i64> = self
-            .watchers
-            .values()
-            .filter(|w| w.progress_notify && w.progress_due && w.synced)
-            .map(|w| w.id)
-            .collect();
+        let due: Vec<i64> =
+            self.watchers.values().filter(|w| w.progress_notify && w.progress_due && w.synced).map(|w| w.id).collect();
         for watcher in self.watchers.values_mut().filter(|w| w.progress_notify) {
             watcher.progress_due = true;
         }
@@ -388,11 +364,7 @@ impl<C: Consensus> WatchStream<C> {
             return Ok(());
         }
         for id in due {
-            let resp = pb::WatchResponse {
-                header: Some(self.header(revision)),
-                watch_id: id,
-                ..Default::default()
-            };
+            let resp = pb::WatchResponse { header: Some(self.header(revision)), watch_id: id, ..Default::default() };
             self.sent_rev = revision;
             self.send(resp).await?;
         }
@@ -410,12 +382,8 @@ impl<C: Consensus> WatchStream<C> {
         if let Some(last) = events.last() {
             self.sent_rev = self.sent_rev.max(mod_revision(last));
         }
-        let resp = pb::WatchResponse {
-            header: Some(self.header(revision)),
-            watch_id: id,
-            events,
-            ..Default::default()
-        };
+        let resp =
+            pb::WatchResponse { header: Some(self.header(revision)), watch_id: id, events, ..Default::default() };
         if !fragment {
             return self.send(resp).await;
         }
@@ -426,10 +394,7 @@ impl<C: Consensus> WatchStream<C> {
     }
 
     fn header(&self, revision: i64) -> pb::ResponseHeader {
-        pb::ResponseHeader {
-            revision,
-            ..self.consensus.header()
-        }
+        pb::ResponseHeader { revision, ..self.consensus.header() }
     }
 
     /// Sends one response, waiting while the client is slow, unless the server ends the stream meanwhile.

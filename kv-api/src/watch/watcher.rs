@@ -78,11 +78,7 @@ impl Watcher {
 
 /// A PUT that created the key (etcd sends no `prev_kv` for it).
 fn is_create(event: &Event) -> bool {
-    event.r#type == EventType::Put as i32
-        && event
-            .kv
-            .as_ref()
-            .is_some_and(|kv| kv.create_revision == kv.mod_revision)
+    event.r#type == EventType::Put as i32 && event.kv.as_ref().is_some_and(|kv| kv.create_revision == kv.mod_revision)
 }
 
 /// Fills each event's `prev_kv` with the key's value at the revision before the event, as etcd: none for
@@ -173,10 +169,7 @@ mod tests {
     }
 
     fn watcher(filters: &[FilterType], start: i64) -> Watcher {
-        let req = pb::WatchCreateRequest {
-            filters: filters.iter().map(|f| *f as i32).collect(),
-            ..Default::default()
-        };
+        let req = pb::WatchCreateRequest { filters: filters.iter().map(|f| *f as i32).collect(), ..Default::default() };
         Watcher::new(
             0,
             super::super::hub::WatcherKey::for_tests(0),
@@ -189,11 +182,8 @@ mod tests {
 
     #[test]
     fn filters_and_start_revision_select_events() {
-        let events = [
-            event(EventType::Put, "a", 3, 0),
-            event(EventType::Delete, "a", 4, 0),
-            event(EventType::Put, "a", 5, 0),
-        ];
+        let events =
+            [event(EventType::Put, "a", 3, 0), event(EventType::Delete, "a", 4, 0), event(EventType::Put, "a", 5, 0)];
         let revs = |w: &Watcher| w.select(&events).iter().map(mod_revision).collect::<Vec<_>>();
         assert_eq!(revs(&watcher(&[], 0)), vec![3, 4, 5]);
         assert_eq!(revs(&watcher(&[], 4)), vec![4, 5]);
@@ -204,15 +194,9 @@ mod tests {
 
     #[test]
     fn events_group_by_revision() {
-        let events = vec![
-            event(EventType::Put, "a", 3, 0),
-            event(EventType::Put, "b", 3, 0),
-            event(EventType::Put, "a", 4, 0),
-        ];
-        let groups: Vec<Vec<i64>> = by_revision(events)
-            .iter()
-            .map(|g| g.iter().map(mod_revision).collect())
-            .collect();
+        let events =
+            vec![event(EventType::Put, "a", 3, 0), event(EventType::Put, "b", 3, 0), event(EventType::Put, "a", 4, 0)];
+        let groups: Vec<Vec<i64>> = by_revision(events).iter().map(|g| g.iter().map(mod_revision).collect()).collect();
         assert_eq!(groups, vec![vec![3, 3], vec![4]]);
     }
 
@@ -243,9 +227,7 @@ mod tests {
     fn fragments_follow_etcd() {
         let resp = |n: usize, size: usize| pb::WatchResponse {
             watch_id: 7,
-            events: (0..n)
-                .map(|i| event(EventType::Put, &format!("k{i}"), 3, size))
-                .collect(),
+            events: (0..n).map(|i| event(EventType::Put, &format!("k{i}"), 3, size)).collect(),
             ..Default::default()
         };
         // Small responses and single events are never cut.
@@ -259,10 +241,7 @@ mod tests {
         for (i, piece) in pieces.iter().enumerate() {
             assert_eq!(piece.fragment, i + 1 < pieces.len());
             assert_eq!(piece.watch_id, 7);
-            assert!(
-                piece.events.len() == 1 || piece.encoded_len() < 500,
-                "piece {i} too large"
-            );
+            assert!(piece.events.len() == 1 || piece.encoded_len() < 500, "piece {i} too large");
         }
         let rejoined: Vec<Event> = pieces.into_iter().flat_map(|p| p.events).collect();
         assert_eq!(rejoined, whole.events);

@@ -25,17 +25,10 @@ struct Args {
     initial_cluster_token: String,
 }
 
-const MEMBERS: [(&str, u16, u16); 3] = [
-    ("infra1", 2379, 2380),
-    ("infra2", 22379, 22380),
-    ("infra3", 32379, 32380),
-];
+const MEMBERS: [(&str, u16, u16); 3] = [("infra1", 2379, 2380), ("infra2", 22379, 22380), ("infra3", 32379, 32380)];
 
 fn member_args(args: &Args, name: &str, client: u16, peer: u16) -> Vec<String> {
-    let initial_cluster: Vec<String> = MEMBERS
-        .iter()
-        .map(|(n, _, p)| format!("{n}=http://127.0.0.1:{p}"))
-        .collect();
+    let initial_cluster: Vec<String> = MEMBERS.iter().map(|(n, _, p)| format!("{n}=http://127.0.0.1:{p}")).collect();
     let client_url = format!("http://127.0.0.1:{client}");
     let peer_url = format!("http://127.0.0.1:{peer}");
     vec![

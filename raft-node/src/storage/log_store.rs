@@ -40,11 +40,7 @@ fn index_key(index: u64) -> [u8; 8] {
 impl LogStore {
     pub fn open(db: &sled::Db) -> Result<Self, StorageError> {
         let open = |name: &str| db.open_tree(name).map_err(|e| StorageIOError::read_logs(&e));
-        Ok(Self {
-            db: db.clone(),
-            logs: open(LOGS)?,
-            state: open(RAFT_STATE)?,
-        })
+        Ok(Self { db: db.clone(), logs: open(LOGS)?, state: open(RAFT_STATE)? })
     }
 
     fn read_state<T: DeserializeOwned>(&self, key: &[u8]) -> Result<Option<T>, StorageError> {
@@ -91,9 +87,7 @@ impl LogStore {
         for key in self.logs.range(range).keys() {
             batch.remove(key.map_err(|e| StorageIOError::write_logs(&e))?);
         }
-        self.logs
-            .apply_batch(batch)
-            .map_err(|e| StorageIOError::write_logs(&e))?;
+        self.logs.apply_batch(batch).map_err(|e| StorageIOError::write_logs(&e))?;
         Ok(())
     }
 }
@@ -131,10 +125,7 @@ impl RaftLogStorage<TypeConfig> for LogStore {
     async fn get_log_state(&mut self) -> Result<LogState<TypeConfig>, StorageError> {
         let last_purged_log_id: Option<LogId> = self.read_state(KEY_LAST_PURGED)?;
         let last_log_id = self.last_log_id()?.or(last_purged_log_id);
-        Ok(LogState {
-            last_purged_log_id,
-            last_log_id,
-        })
+        Ok(LogState { last_purged_log_id, last_log_id })
     }
 
     async fn get_log_reader(&mut self) -> Self::LogReader {
@@ -143,9 +134,7 @@ impl RaftLogStorage<TypeConfig> for LogStore {
 
     async fn save_vote(&mut self, vote: &Vote) -> Result<(), StorageError> {
         let bytes = encode(vote).map_err(|e| StorageIOError::write_vote(&e))?;
-        self.state
-            .insert(KEY_VOTE, bytes)
-            .map_err(|e| StorageIOError::write_vote(&e))?;
+        self.state.insert(KEY_VOTE, bytes).map_err(|e| StorageIOError::write_vote(&e))?;
         self.flush().await.map_err(|e| StorageIOError::write_vote(&e))?;
         Ok(())
     }
@@ -173,9 +162,7 @@ impl RaftLogStorage<TypeConfig> for LogStore {
             let bytes = encode(&entry).map_err(|e| StorageIOError::write_log_entry(entry.log_id, &e))?;
             batch.insert(&index_key(entry.log_id.index), bytes);
         }
-        self.logs
-            .apply_batch(batch)
-            .map_err(|e| StorageIOError::write_logs(&e))?;
+        self.logs.apply_batch(batch).map_err(|e| StorageIOError::write_logs(&e))?;
         // Entries are readable now; they are reported persisted only once on disk.
         match self.flush().await {
             Ok(()) => {
@@ -214,10 +201,7 @@ mod tests {
     use crate::storage::open;
 
     fn blank(term: u64, index: u64) -> Entry {
-        Entry {
-            log_id: LogId::new(CommittedLeaderId::new(term, 1), index),
-            payload: EntryPayload::Blank,
-        }
+        Entry { log_id: LogId::new(CommittedLeaderId::new(term, 1), index), payload: EntryPayload::Blank }
     }
 
     fn indexes(entries: &[Entry]) -> Vec<u64> {
@@ -229,9 +213,7 @@ mod tests {
         let dir = tempfile::tempdir().expect("tempdir");
         {
             let (mut log, _sm, _store) = open(dir.path()).expect("open");
-            log.blocking_append((1..=10).map(|i| blank(1, i)))
-                .await
-                .expect("append");
+            log.blocking_append((1..=10).map(|i| blank(1, i))).await.expect("append");
             log.save_vote(&Vote::new(3, 2)).await.expect("vote");
             log.save_committed(Some(blank(1, 8).log_id)).await.expect("committed");
             log.purge(blank(1, 3).log_id).await.expect("purge");

@@ -16,10 +16,7 @@ pub struct SledBackend {
 
 impl SledBackend {
     pub fn open(db: &sled::Db) -> Result<Self, sled::Error> {
-        Ok(Self {
-            db: db.clone(),
-            tree: db.open_tree(TREE)?,
-        })
+        Ok(Self { db: db.clone(), tree: db.open_tree(TREE)? })
     }
 
     fn add(batch: &mut sled::Batch, ops: WriteBatch) {

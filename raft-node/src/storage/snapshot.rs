@@ -47,11 +47,7 @@ impl SnapshotContent {
             version: FORMAT_VERSION,
             last_applied: self.last_applied,
             membership: self.membership.clone(),
-            entries: self
-                .entries
-                .iter()
-                .map(|(bucket, k, v)| (bucket.tag(), k.clone(), v.clone()))
-                .collect(),
+            entries: self.entries.iter().map(|(bucket, k, v)| (bucket.tag(), k.clone(), v.clone())).collect(),
         };
         Ok(encode(&envelope).map_err(|e| StorageIOError::write_snapshot(None, &e))?)
     }
@@ -69,11 +65,7 @@ impl SnapshotContent {
                 None => Err(corrupt(format!("unknown bucket tag {tag} in snapshot"))),
             })
             .collect::<Result<_, _>>()?;
-        Ok(Self {
-            last_applied: envelope.last_applied,
-            membership: envelope.membership,
-            entries,
-        })
+        Ok(Self { last_applied: envelope.last_applied, membership: envelope.membership, entries })
     }
 }
 
@@ -104,42 +96,27 @@ pub struct CurrentSnapshot {
 
 impl CurrentSnapshot {
     pub fn open(db: &sled::Db) -> Result<Self, StorageError> {
-        let tree = db
-            .open_tree(TREE)
-            .map_err(|e| StorageIOError::read_snapshot(None, &e))?;
-        let current = match tree
-            .get(KEY_CURRENT)
-            .map_err(|e| StorageIOError::read_snapshot(None, &e))?
-        {
+        let tree = db.open_tree(TREE).map_err(|e| StorageIOError::read_snapshot(None, &e))?;
+        let current = match tree.get(KEY_CURRENT).map_err(|e| StorageIOError::read_snapshot(None, &e))? {
             Some(bytes) => {
                 let stored: StoredSnapshot = decode(&bytes).map_err(|e| StorageIOError::read_snapshot(None, &e))?;
                 Some(Arc::new(stored))
             }
             None => None,
         };
-        Ok(Self {
-            db: db.clone(),
-            tree,
-            current: Arc::new(Mutex::new(current)),
-        })
+        Ok(Self { db: db.clone(), tree, current: Arc::new(Mutex::new(current)) })
     }
 
     /// The current snapshot, ready to be read from the start.
     pub fn get(&self) -> Option<Snapshot> {
         let stored = self.current.lock().clone()?;
-        Some(Snapshot {
-            meta: stored.meta.clone(),
-            snapshot: Box::new(Cursor::new(stored.data.clone())),
-        })
+        Some(Snapshot { meta: stored.meta.clone(), snapshot: Box::new(Cursor::new(stored.data.clone())) })
     }
 
     /// Makes `meta`/`data` the current snapshot, durably, unless a snapshot of a later log id already is
     /// (a build racing with an install must not bring an older snapshot back).
     pub async fn save(&self, meta: &SnapshotMeta, data: Vec<u8>) -> Result<(), StorageError> {
-        let stored = StoredSnapshot {
-            meta: meta.clone(),
-            data,
-        };
+        let stored = StoredSnapshot { meta: meta.clone(), data };
         let bytes = encode(&stored).map_err(|e| write_err(meta, &e))?;
         {
             let mut current = self.current.lock();

@@ -53,14 +53,7 @@ impl StateMachine {
             .and_then(|s| s.meta.snapshot_id.rsplit('-').next()?.parse::<u64>().ok())
             .map_or(0, |n| n + 1);
         let watch_hub = Arc::new(WatchHub::new(store.read().current_revision()));
-        Ok(Self {
-            store,
-            last_applied,
-            membership,
-            snapshot,
-            builds: Arc::new(AtomicU64::new(builds)),
-            watch_hub,
-        })
+        Ok(Self { store, last_applied, membership, snapshot, builds: Arc::new(AtomicU64::new(builds)), watch_hub })
     }
 
     /// The watchers of this member, fed by apply.
@@ -138,9 +131,7 @@ fn read_applied(store: &MvccStore) -> Result<(Option<LogId>, StoredMembership), 
 async fn blocking<T: Send + 'static>(
     f: impl FnOnce() -> Result<T, StorageError> + Send + 'static,
 ) -> Result<T, StorageError> {
-    tokio::task::spawn_blocking(f)
-        .await
-        .map_err(|e| StorageIOError::read_state_machine(&e))?
+    tokio::task::spawn_blocking(f).await.map_err(|e| StorageIOError::read_state_machine(&e))?
 }
 
 impl RaftSnapshotBuilder<TypeConfig> for SnapshotBuilder {
@@ -152,11 +143,7 @@ impl RaftSnapshotBuilder<TypeConfig> for SnapshotBuilder {
             let (last_applied, membership) = read_applied(&store)?;
             let entries = store.export().map_err(|e| StorageIOError::read_state_machine(&e))?;
             drop(store);
-            Ok(SnapshotContent {
-                last_applied,
-                membership,
-                entries,
-            })
+            Ok(SnapshotContent { last_applied, membership, entries })
         })
         .await?;
         let build = self.builds.fetch_add(1, Ordering::Relaxed);
@@ -171,10 +158,7 @@ impl RaftSnapshotBuilder<TypeConfig> for SnapshotBuilder {
         };
         let data = blocking(move || content.encode()).await?;
         self.snapshot.save(&meta, data.clone()).await?;
-        Ok(Snapshot {
-            meta,
-            snapshot: Box::new(Cursor::new(data)),
-        })
+        Ok(Snapshot { meta, snapshot: Box::new(Cursor::new(data)) })
     }
 }
 
@@ -194,11 +178,7 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
     }
 
     async fn get_snapshot_builder(&mut self) -> Self::SnapshotBuilder {
-        SnapshotBuilder {
-            store: self.store.clone(),
-            snapshot: self.snapshot.clone(),
-            builds: self.builds.clone(),
-        }
+        SnapshotBuilder { store: self.store.clone(), snapshot: self.snapshot.clone(), builds: self.builds.clone() }
     }
 
     async fn begin_receiving_snapshot(&mut self) -> Result<Box<Cursor<Vec<u8>>>, StorageError> {
@@ -296,25 +276,16 @@ mod tests {
     }
 
     fn all_kvs(store: &SharedStore) -> Vec<(Vec<u8>, Vec<u8>, i64)> {
-        let req = pb::RangeRequest {
-            key: vec![0],
-            range_end: vec![0],
-            ..Default::default()
-        };
+        let req = pb::RangeRequest { key: vec![0], range_end: vec![0], ..Default::default() };
         let resp = store.read().range(&req).expect("range");
-        resp.kvs
-            .into_iter()
-            .map(|kv| (kv.key, kv.value, kv.mod_revision))
-            .collect()
+        resp.kvs.into_iter().map(|kv| (kv.key, kv.value, kv.mod_revision)).collect()
     }
 
     /// A member with a membership, two puts, a blank entry and a failing request applied.
     async fn populated(dir: &Path) -> (StateMachine, SharedStore) {
         let (_log, mut sm, store) = open(dir).expect("open");
-        let replies = sm
-            .apply([membership(1), put(log_id(1, 2), "a", "1"), put(log_id(1, 3), "b", "2")])
-            .await
-            .expect("apply");
+        let replies =
+            sm.apply([membership(1), put(log_id(1, 2), "a", "1"), put(log_id(1, 3), "b", "2")]).await.expect("apply");
         assert_eq!(replies[0], None);
         assert!(
             matches!(&replies[1], Some(Ok(CommandResponse::Put(r))) if r.header.as_ref().map(|h| h.revision) == Some(2))
@@ -327,10 +298,7 @@ mod tests {
                 ..Default::default()
             })),
         };
-        let blank = Entry {
-            log_id: log_id(2, 5),
-            payload: EntryPayload::Blank,
-        };
+        let blank = Entry { log_id: log_id(2, 5), payload: EntryPayload::Blank };
         let replies = sm.apply([failing, blank]).await.expect("apply");
         // A request's own error is its answer, not a storage failure.
         assert_eq!(replies, vec![Some(Err(kv_api::Error::KeyNotFound)), None]);
@@ -368,12 +336,7 @@ mod tests {
             })),
         };
         leader.apply([compact]).await.expect("apply");
-        let snapshot = leader
-            .get_snapshot_builder()
-            .await
-            .build_snapshot()
-            .await
-            .expect("build");
+        let snapshot = leader.get_snapshot_builder().await.build_snapshot().await.expect("build");
         assert_eq!(snapshot.meta.last_log_id, Some(log_id(2, 6)));
         assert!(snapshot.meta.snapshot_id.starts_with("2-6-"));
 
@@ -383,10 +346,7 @@ mod tests {
             follower.apply([put(log_id(1, 1), "stale", "x")]).await.expect("apply");
             let mut received = follower.begin_receiving_snapshot().await.expect("begin");
             received.get_mut().extend_from_slice(snapshot.snapshot.get_ref());
-            follower
-                .install_snapshot(&snapshot.meta, received)
-                .await
-                .expect("install");
+            follower.install_snapshot(&snapshot.meta, received).await.expect("install");
 
             assert_eq!(all_kvs(&follower_store), all_kvs(&leader_store));
             let revisions = {
@@ -404,11 +364,7 @@ mod tests {
         let (_log, mut follower, follower_store) = crate::storage::reopen(follower_dir.path());
         assert_eq!(all_kvs(&follower_store), all_kvs(&leader_store));
         assert_eq!(follower.applied_state().await.expect("applied").0, Some(log_id(2, 6)));
-        let current = follower
-            .get_current_snapshot()
-            .await
-            .expect("current")
-            .expect("a snapshot");
+        let current = follower.get_current_snapshot().await.expect("current").expect("a snapshot");
         assert_eq!(current.meta, snapshot.meta);
         assert_eq!(current.snapshot.get_ref(), snapshot.snapshot.get_ref());
     }
@@ -421,10 +377,7 @@ mod tests {
         sm.apply([put(log_id(2, 6), "c", "3")]).await.expect("apply");
         let newer = sm.get_snapshot_builder().await.build_snapshot().await.expect("build");
         // A build that read the store before the last apply finishes after the newer one.
-        let older_meta = SnapshotMeta {
-            last_log_id: Some(log_id(2, 5)),
-            ..newer.meta.clone()
-        };
+        let older_meta = SnapshotMeta { last_log_id: Some(log_id(2, 5)), ..newer.meta.clone() };
         old_builder.snapshot.save(&older_meta, vec![]).await.expect("save");
         let current = sm.get_current_snapshot().await.expect("current").expect("a snapshot");
         assert_eq!(current.meta, newer.meta);

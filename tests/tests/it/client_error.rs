@@ -77,53 +77,26 @@ async fn compacted_and_future_revisions() -> anyhow::Result<()> {
 async fn txn_op_limit_default() -> anyhow::Result<()> {
     let member = Member::start().await?;
     let mut client = member.client().await?;
-    assert_grpc_error(
-        client.txn(Txn::new().and_then(puts("k", 129))).await,
-        Code::InvalidArgument,
-        TOO_MANY_OPS,
-    );
-    let compares: Vec<Compare> = (0..129)
-        .map(|i| Compare::version(format!("k{i}"), CompareOp::Equal, 0))
-        .collect();
-    assert_grpc_error(
-        client.txn(Txn::new().when(compares)).await,
-        Code::InvalidArgument,
-        TOO_MANY_OPS,
-    );
+    assert_grpc_error(client.txn(Txn::new().and_then(puts("k", 129))).await, Code::InvalidArgument, TOO_MANY_OPS);
+    let compares: Vec<Compare> = (0..129).map(|i| Compare::version(format!("k{i}"), CompareOp::Equal, 0)).collect();
+    assert_grpc_error(client.txn(Txn::new().when(compares)).await, Code::InvalidArgument, TOO_MANY_OPS);
     assert_eq!(current_revision(&mut client).await?, 1);
 
     let resp = client.txn(Txn::new().and_then(puts("k", 128))).await?;
     assert_eq!(resp.op_responses().len(), 128);
-    assert_eq!(
-        client.get("k", Some(GetOptions::new().with_prefix())).await?.count(),
-        128
-    );
+    assert_eq!(client.get("k", Some(GetOptions::new().with_prefix())).await?.count(), 128);
     Ok(())
 }
 
 #[tokio::test]
 async fn txn_op_limit_flag() -> anyhow::Result<()> {
-    let member = Member::start_with(MemberConfig {
-        max_txn_ops: Some(4),
-        ..MemberConfig::default()
-    })
-    .await?;
+    let member = Member::start_with(MemberConfig { max_txn_ops: Some(4), ..MemberConfig::default() }).await?;
     let mut client = member.client().await?;
-    assert_grpc_error(
-        client.txn(Txn::new().and_then(puts("a", 5))).await,
-        Code::InvalidArgument,
-        TOO_MANY_OPS,
-    );
-    assert_grpc_error(
-        client.txn(Txn::new().or_else(puts("a", 5))).await,
-        Code::InvalidArgument,
-        TOO_MANY_OPS,
-    );
+    assert_grpc_error(client.txn(Txn::new().and_then(puts("a", 5))).await, Code::InvalidArgument, TOO_MANY_OPS);
+    assert_grpc_error(client.txn(Txn::new().or_else(puts("a", 5))).await, Code::InvalidArgument, TOO_MANY_OPS);
     client.txn(Txn::new().and_then(puts("a", 4))).await?;
     // The limit applies to each list on its own, not to their sum.
-    client
-        .txn(Txn::new().and_then(puts("b", 4)).or_else(puts("c", 4)))
-        .await?;
+    client.txn(Txn::new().and_then(puts("b", 4)).or_else(puts("c", 4))).await?;
     assert_eq!(current_revision(&mut client).await?, 3);
     Ok(())
 }
@@ -138,10 +111,7 @@ async fn duplicate_keys_in_txn() -> anyhow::Result<()> {
         Txn::new().and_then([put("d"), put("d")]),
         Txn::new().and_then([put("d"), del("d")]),
         Txn::new().or_else([del("d"), put("d")]),
-        Txn::new().and_then([
-            put("d/1"),
-            TxnOp::delete("d/", Some(DeleteOptions::new().with_prefix())),
-        ]),
+        Txn::new().and_then([put("d/1"), TxnOp::delete("d/", Some(DeleteOptions::new().with_prefix()))]),
         Txn::new().and_then([put("d"), TxnOp::txn(Txn::new().and_then([put("d")]))]),
     ];
     for txn in rejected {
@@ -180,11 +150,7 @@ async fn request_too_large_default() -> anyhow::Result<()> {
     put_of(&mut client, 14 * MIB / 10).await?;
     // A proposal above max-request-bytes (1.5 MiB, counting the request's envelope) is refused.
     assert_grpc_error(put_of(&mut client, 3 * MIB / 2).await, Code::InvalidArgument, TOO_LARGE);
-    assert_grpc_error(
-        put_of(&mut client, 16 * MIB / 10).await,
-        Code::InvalidArgument,
-        TOO_LARGE,
-    );
+    assert_grpc_error(put_of(&mut client, 16 * MIB / 10).await, Code::InvalidArgument, TOO_LARGE);
     assert_eq!(current_revision(&mut client).await?, 2);
     assert_eq!(client.get("a", None).await?.kvs()[0].value().len(), 14 * MIB / 10);
     Ok(())
@@ -192,19 +158,13 @@ async fn request_too_large_default() -> anyhow::Result<()> {
 
 #[tokio::test]
 async fn request_too_large_flag() -> anyhow::Result<()> {
-    let config = MemberConfig {
-        max_request_bytes: Some(1024),
-        ..MemberConfig::default()
-    };
+    let config = MemberConfig { max_request_bytes: Some(1024), ..MemberConfig::default() };
     let member = Member::start_with(config).await?;
     let mut client = member.client().await?;
     put_of(&mut client, 900).await?;
     assert_grpc_error(put_of(&mut client, 1100).await, Code::InvalidArgument, TOO_LARGE);
     // The limit is on the whole request, not on each value.
-    let txn = Txn::new().and_then([
-        TxnOp::put("a", vec![b'x'; 600], None),
-        TxnOp::put("b", vec![b'x'; 600], None),
-    ]);
+    let txn = Txn::new().and_then([TxnOp::put("a", vec![b'x'; 600], None), TxnOp::put("b", vec![b'x'; 600], None)]);
     assert_grpc_error(client.txn(txn).await, Code::InvalidArgument, TOO_LARGE);
     assert_eq!(current_revision(&mut client).await?, 2);
     Ok(())
@@ -215,17 +175,11 @@ async fn request_too_large_flag() -> anyhow::Result<()> {
 #[tokio::test]
 async fn grpc_receive_limit() -> anyhow::Result<()> {
     let default = Member::start().await?;
-    let config = MemberConfig {
-        max_request_bytes: Some(1024),
-        ..MemberConfig::default()
-    };
+    let config = MemberConfig { max_request_bytes: Some(1024), ..MemberConfig::default() };
     let small = Member::start_with(config).await?;
     for (member, limit, len) in [(&default, 2 * MIB, 3 * MIB), (&small, 1024 + 512 * 1024, 530 * 1024)] {
         let mut client = member.client().await?;
-        let message = format!(
-            "grpc: received message larger than max ({} vs. {limit})",
-            put_request_len(len)
-        );
+        let message = format!("grpc: received message larger than max ({} vs. {limit})", put_request_len(len));
         assert_grpc_error(put_of(&mut client, len).await, Code::ResourceExhausted, &message);
         assert_eq!(current_revision(&mut client).await?, 1);
     }
@@ -240,20 +194,9 @@ async fn put_option_errors() -> anyhow::Result<()> {
     let ignore_lease = || Some(PutOptions::new().with_ignore_lease());
     let not_found = "etcdserver: key not found";
 
-    assert_grpc_error(
-        client.put("missing", "", ignore_value()).await,
-        Code::InvalidArgument,
-        not_found,
-    );
-    assert_grpc_error(
-        client.put("missing", "v", ignore_lease()).await,
-        Code::InvalidArgument,
-        not_found,
-    );
-    let in_txn = Txn::new().and_then([
-        TxnOp::put("other", "v", None),
-        TxnOp::put("missing", "", ignore_value()),
-    ]);
+    assert_grpc_error(client.put("missing", "", ignore_value()).await, Code::InvalidArgument, not_found);
+    assert_grpc_error(client.put("missing", "v", ignore_lease()).await, Code::InvalidArgument, not_found);
+    let in_txn = Txn::new().and_then([TxnOp::put("other", "v", None), TxnOp::put("missing", "", ignore_value())]);
     assert_grpc_error(client.txn(in_txn).await, Code::InvalidArgument, not_found);
     // The request is checked before the store: a value with ignore_value fails even on a missing key.
     assert_grpc_error(
@@ -269,11 +212,7 @@ async fn put_option_errors() -> anyhow::Result<()> {
         "etcdserver: value is provided",
     );
     let with_lease = Some(PutOptions::new().with_ignore_lease().with_lease(7));
-    assert_grpc_error(
-        client.put("k", "v2", with_lease).await,
-        Code::InvalidArgument,
-        "etcdserver: lease is provided",
-    );
+    assert_grpc_error(client.put("k", "v2", with_lease).await, Code::InvalidArgument, "etcdserver: lease is provided");
 
     assert_eq!(current_revision(&mut client).await?, 2);
     assert_eq!(client.get("other", None).await?.count(), 0);

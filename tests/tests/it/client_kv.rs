@@ -50,13 +50,7 @@ async fn range_selects_keys() -> anyhow::Result<()> {
     assert_eq!(keys(single.kvs()), ["k/a"]);
     let kv = &single.kvs()[0];
     assert_eq!(
-        (
-            kv.value(),
-            kv.create_revision(),
-            kv.mod_revision(),
-            kv.version(),
-            kv.lease()
-        ),
+        (kv.value(), kv.create_revision(), kv.mod_revision(), kv.version(), kv.lease()),
         (&b"7"[..], 3, 6, 2, 0)
     );
     assert_eq!((single.count(), single.more()), (1, false));
@@ -69,11 +63,7 @@ async fn range_selects_keys() -> anyhow::Result<()> {
         ("k/", prefix(), &["k/a", "k/b", "k/c", "k/d"]),
         ("k/c", GetOptions::new().with_from_key(), &["k/c", "k/d", "z"]),
         ("k/b", GetOptions::new().with_range("k/d"), &["k/b", "k/c"]),
-        (
-            "",
-            GetOptions::new().with_all_keys(),
-            &["j", "k/a", "k/b", "k/c", "k/d", "z"],
-        ),
+        ("", GetOptions::new().with_all_keys(), &["j", "k/a", "k/b", "k/c", "k/d", "z"]),
         // A range_end at or before the key selects nothing.
         ("k/c", GetOptions::new().with_range("k/b"), &[]),
     ];
@@ -117,9 +107,7 @@ async fn range_at_a_past_revision() -> anyhow::Result<()> {
     assert_eq!(keys(at4.kvs()), ["k/a", "k/c", "k/d"]);
     assert_eq!(at4.count(), 3);
 
-    let at1 = client
-        .get("", Some(GetOptions::new().with_all_keys().with_revision(1)))
-        .await?;
+    let at1 = client.get("", Some(GetOptions::new().with_all_keys().with_revision(1))).await?;
     assert!(at1.kvs().is_empty());
 
     let kv = &client.get("k/c", Some(GetOptions::new().with_revision(7))).await?.kvs()[0].clone();
@@ -157,17 +145,13 @@ async fn range_sorts() -> anyhow::Result<()> {
 
     // Versions tie (k/b and k/d are both 1), so only the versions' order is defined.
     for (order, want) in [(Ascend, [1, 1, 2, 3]), (Descend, [3, 2, 1, 1])] {
-        let resp = client
-            .get("k/", Some(prefix().with_sort(SortTarget::Version, order)))
-            .await?;
+        let resp = client.get("k/", Some(prefix().with_sort(SortTarget::Version, order))).await?;
         let versions: Vec<i64> = resp.kvs().iter().map(|kv| kv.version()).collect();
         assert_eq!(versions, want, "{order:?}");
     }
 
     // The limit applies after sorting.
-    let top = client
-        .get("k/", Some(prefix().with_sort(SortTarget::Value, Descend).with_limit(2)))
-        .await?;
+    let top = client.get("k/", Some(prefix().with_sort(SortTarget::Value, Descend).with_limit(2))).await?;
     assert_eq!(keys(top.kvs()), ["k/a", "k/b"]);
     assert_eq!((top.count(), top.more()), (4, true));
     Ok(())
@@ -181,14 +165,8 @@ async fn range_filters_by_revision_then_limits() -> anyhow::Result<()> {
         (prefix().with_max_mod_revision(5), &["k/b", "k/d"]),
         (prefix().with_min_create_revision(4), &["k/b", "k/d"]),
         (prefix().with_max_create_revision(3), &["k/a", "k/c"]),
-        (
-            prefix().with_min_mod_revision(5).with_max_mod_revision(6),
-            &["k/a", "k/b"],
-        ),
-        (
-            prefix().with_min_create_revision(3).with_max_create_revision(4),
-            &["k/a", "k/d"],
-        ),
+        (prefix().with_min_mod_revision(5).with_max_mod_revision(6), &["k/a", "k/b"]),
+        (prefix().with_min_create_revision(3).with_max_create_revision(4), &["k/a", "k/d"]),
     ];
     for (options, want) in cases {
         let resp = client.get("k/", Some(options.clone())).await?;
@@ -198,17 +176,12 @@ async fn range_filters_by_revision_then_limits() -> anyhow::Result<()> {
     }
 
     // With a filter the limit truncates the filtered result.
-    let resp = client
-        .get("k/", Some(prefix().with_min_mod_revision(5).with_limit(1)))
-        .await?;
+    let resp = client.get("k/", Some(prefix().with_min_mod_revision(5).with_limit(1))).await?;
     assert_eq!(keys(resp.kvs()), ["k/a"]);
     assert_eq!((resp.count(), resp.more()), (4, true));
 
     // The lock recipe: the oldest key of a prefix created at or before a revision.
-    let oldest = prefix()
-        .with_sort(SortTarget::Create, SortOrder::Descend)
-        .with_max_create_revision(4)
-        .with_limit(1);
+    let oldest = prefix().with_sort(SortTarget::Create, SortOrder::Descend).with_max_create_revision(4).with_limit(1);
     let resp = client.get("k/", Some(oldest)).await?;
     assert_eq!(keys(resp.kvs()), ["k/d"]);
     Ok(())
@@ -249,10 +222,7 @@ async fn put_prev_kv_and_ignore_value() -> anyhow::Result<()> {
 
     let second = client.put("k", "v2", Some(PutOptions::new().with_prev_key())).await?;
     let prev = second.prev_key().expect("prev_kv of an existing key");
-    assert_eq!(
-        (prev.key(), prev.value(), prev.mod_revision(), prev.version()),
-        (&b"k"[..], &b"v1"[..], 2, 1)
-    );
+    assert_eq!((prev.key(), prev.value(), prev.mod_revision(), prev.version()), (&b"k"[..], &b"v1"[..], 2, 1));
 
     let without = client.put("k", "v3", None).await?;
     assert!(without.prev_key().is_none());
@@ -260,10 +230,7 @@ async fn put_prev_kv_and_ignore_value() -> anyhow::Result<()> {
     // ignore_value keeps the value but still writes a new version.
     client.put("k", "", Some(PutOptions::new().with_ignore_value())).await?;
     let kv = client.get("k", None).await?.kvs()[0].clone();
-    assert_eq!(
-        (kv.value(), kv.version(), kv.mod_revision(), kv.create_revision()),
-        (&b"v3"[..], 4, 5, 2)
-    );
+    assert_eq!((kv.value(), kv.version(), kv.mod_revision(), kv.create_revision()), (&b"v3"[..], 4, 5, 2));
     Ok(())
 }
 
@@ -274,9 +241,7 @@ async fn put_ignore_lease_keeps_the_lease() -> anyhow::Result<()> {
     // ignore_lease keeps the lease; a plain put drops it.
     let lease = client.lease_grant(60, None).await?.id();
     client.put("k", "v4", Some(PutOptions::new().with_lease(lease))).await?;
-    client
-        .put("k", "v5", Some(PutOptions::new().with_ignore_lease()))
-        .await?;
+    client.put("k", "v5", Some(PutOptions::new().with_ignore_lease())).await?;
     let kv = client.get("k", None).await?.kvs()[0].clone();
     assert_eq!((kv.value(), kv.lease()), (&b"v5"[..], lease));
     client.put("k", "v6", None).await?;
@@ -292,9 +257,7 @@ async fn delete_ranges_with_prev_kv() -> anyhow::Result<()> {
     let none = client.delete("k/zz", None).await?;
     assert_eq!((none.deleted(), header(none.header()).revision()), (0, 10));
 
-    let range = client
-        .delete("k/a", Some(DeleteOptions::new().with_range("k/c").with_prev_key()))
-        .await?;
+    let range = client.delete("k/a", Some(DeleteOptions::new().with_range("k/c").with_prev_key())).await?;
     assert_eq!(range.deleted(), 2);
     assert_eq!(keys(range.prev_kvs()), ["k/a", "k/b"]);
     assert_eq!(values(range.prev_kvs()), ["7", "5"]);
@@ -314,13 +277,8 @@ async fn delete_ranges_with_prev_kv() -> anyhow::Result<()> {
     let kv = client.get("k/a", None).await?.kvs()[0].clone();
     assert_eq!((kv.create_revision(), kv.mod_revision(), kv.version()), (13, 13, 1));
 
-    let from = client
-        .delete("k/", Some(DeleteOptions::new().with_from_key().with_prev_key()))
-        .await?;
+    let from = client.delete("k/", Some(DeleteOptions::new().with_from_key().with_prev_key())).await?;
     assert_eq!(keys(from.prev_kvs()), ["k/a", "z"]);
-    assert_eq!(
-        keys(client.get("", Some(GetOptions::new().with_all_keys())).await?.kvs()),
-        ["j"]
-    );
+    assert_eq!(keys(client.get("", Some(GetOptions::new().with_all_keys())).await?.kvs()), ["j"]);
     Ok(())
 }

@@ -44,15 +44,10 @@ async fn compares_choose_the_branch() -> anyhow::Result<()> {
         (Compare::create_revision("\0", Greater, 2).with_range("\0"), false),
     ];
     for (compare, want) in cases {
-        let txn = Txn::new()
-            .when([compare.clone()])
-            .and_then([TxnOp::get("a", None)])
-            .or_else([TxnOp::get("b", None)]);
+        let txn = Txn::new().when([compare.clone()]).and_then([TxnOp::get("a", None)]).or_else([TxnOp::get("b", None)]);
         let resp = client.txn(txn).await?;
         assert_eq!(resp.succeeded(), want, "{compare:?}");
-        let [TxnOpResponse::Get(get)] = &resp.op_responses()[..] else {
-            panic!("one range response")
-        };
+        let [TxnOpResponse::Get(get)] = &resp.op_responses()[..] else { panic!("one range response") };
         assert_eq!(keys(get.kvs()), [if want { "a" } else { "b" }], "{compare:?}");
     }
 
@@ -69,32 +64,24 @@ async fn txn_writes_share_one_revision() -> anyhow::Result<()> {
     let mut client = member.client().await?;
     client.put("old", "1", None).await?; // rev 2
 
-    let txn = Txn::new()
-        .when([Compare::version("old", CompareOp::Equal, 1)])
-        .and_then([
-            TxnOp::put("t1", "a", None),
-            TxnOp::put("t2", "b", None),
-            TxnOp::put("old", "2", Some(PutOptions::new().with_prev_key())),
-            TxnOp::delete("missing", None),
-            TxnOp::get("t", Some(GetOptions::new().with_prefix())),
-        ]);
+    let txn = Txn::new().when([Compare::version("old", CompareOp::Equal, 1)]).and_then([
+        TxnOp::put("t1", "a", None),
+        TxnOp::put("t2", "b", None),
+        TxnOp::put("old", "2", Some(PutOptions::new().with_prev_key())),
+        TxnOp::delete("missing", None),
+        TxnOp::get("t", Some(GetOptions::new().with_prefix())),
+    ]);
     let resp = client.txn(txn).await?;
     assert!(resp.succeeded());
     assert_eq!(header(resp.header()).revision(), 3);
     let ops = resp.op_responses();
     assert_eq!(ops.len(), 5);
-    let TxnOpResponse::Put(put) = &ops[2] else {
-        panic!("put response: {:?}", ops[2])
-    };
+    let TxnOpResponse::Put(put) = &ops[2] else { panic!("put response: {:?}", ops[2]) };
     assert_eq!(put.prev_key().map(|kv| kv.value()), Some(&b"1"[..]));
-    let TxnOpResponse::Delete(delete) = &ops[3] else {
-        panic!("delete response: {:?}", ops[3])
-    };
+    let TxnOpResponse::Delete(delete) = &ops[3] else { panic!("delete response: {:?}", ops[3]) };
     assert_eq!(delete.deleted(), 0);
     // A range after the puts in the same txn sees them.
-    let TxnOpResponse::Get(get) = &ops[4] else {
-        panic!("range response: {:?}", ops[4])
-    };
+    let TxnOpResponse::Get(get) = &ops[4] else { panic!("range response: {:?}", ops[4]) };
     assert_eq!(keys(get.kvs()), ["t1", "t2"]);
 
     // The headers inside a txn response carry only the revision.
@@ -107,12 +94,7 @@ async fn txn_writes_share_one_revision() -> anyhow::Result<()> {
         };
         let inner = header(inner);
         assert_eq!(
-            (
-                inner.revision(),
-                inner.cluster_id(),
-                inner.member_id(),
-                inner.raft_term()
-            ),
+            (inner.revision(), inner.cluster_id(), inner.member_id(), inner.raft_term()),
             (3, 0, 0, 0),
             "{op:?}"
         );
@@ -131,16 +113,12 @@ async fn txn_writes_share_one_revision() -> anyhow::Result<()> {
     let resp = client.txn(txn).await?;
     assert!(!resp.succeeded());
     assert_eq!(header(resp.header()).revision(), 3);
-    let TxnOpResponse::Get(get) = &resp.op_responses()[0] else {
-        panic!("range response")
-    };
+    let TxnOpResponse::Get(get) = &resp.op_responses()[0] else { panic!("range response") };
     assert_eq!(values(get.kvs()), ["2"]);
     assert_eq!(client.get("never", None).await?.count(), 0);
 
     // A txn whose writes delete nothing also takes no revision.
-    let resp = client
-        .txn(Txn::new().and_then([TxnOp::delete("missing", None)]))
-        .await?;
+    let resp = client.txn(Txn::new().and_then([TxnOp::delete("missing", None)])).await?;
     assert_eq!(header(resp.header()).revision(), 3);
 
     // A failed compare with writes in the failure branch takes one.
@@ -170,15 +148,11 @@ async fn nested_txn() -> anyhow::Result<()> {
     assert!(resp.succeeded());
     assert_eq!(header(resp.header()).revision(), 3);
     let ops = resp.op_responses();
-    let TxnOpResponse::Txn(nested) = &ops[1] else {
-        panic!("nested txn response: {:?}", ops[1])
-    };
+    let TxnOpResponse::Txn(nested) = &ops[1] else { panic!("nested txn response: {:?}", ops[1]) };
     assert!(!nested.succeeded());
     let nested_ops = nested.op_responses();
     assert_eq!(nested_ops.len(), 2);
-    let TxnOpResponse::Get(get) = &nested_ops[1] else {
-        panic!("range response")
-    };
+    let TxnOpResponse::Get(get) = &nested_ops[1] else { panic!("range response") };
     assert_eq!(values(get.kvs()), ["on"]);
 
     let all = client.get("", Some(GetOptions::new().with_all_keys())).await?;
@@ -202,10 +176,7 @@ async fn revisions_and_headers() -> anyhow::Result<()> {
     let put = client.put("k", "v", None).await?;
     let put_header = header(put.header());
     assert_eq!(put_header.revision(), 2);
-    assert_eq!(
-        (put_header.cluster_id(), put_header.member_id()),
-        (first.cluster_id(), first.member_id())
-    );
+    assert_eq!((put_header.cluster_id(), put_header.member_id()), (first.cluster_id(), first.member_id()));
     let kv = client.get("k", None).await?.kvs()[0].clone();
     assert_eq!((kv.create_revision(), kv.mod_revision(), kv.version()), (2, 2, 1));
 
@@ -215,21 +186,15 @@ async fn revisions_and_headers() -> anyhow::Result<()> {
     // Deleting again changes nothing.
     assert_eq!(header(client.delete("k", None).await?.header()).revision(), 4);
 
-    let three = Txn::new().and_then([
-        TxnOp::put("x", "1", None),
-        TxnOp::put("y", "2", None),
-        TxnOp::put("z", "3", None),
-    ]);
+    let three =
+        Txn::new().and_then([TxnOp::put("x", "1", None), TxnOp::put("y", "2", None), TxnOp::put("z", "3", None)]);
     assert_eq!(header(client.txn(three).await?.header()).revision(), 5);
     let read_only = Txn::new().and_then([TxnOp::get("x", None), TxnOp::get("y", None)]);
     assert_eq!(header(client.txn(read_only).await?.header()).revision(), 5);
 
     let status = client.status().await?;
     let status_header = header(status.header());
-    assert_eq!(
-        (status_header.cluster_id(), status_header.member_id()),
-        (first.cluster_id(), first.member_id())
-    );
+    assert_eq!((status_header.cluster_id(), status_header.member_id()), (first.cluster_id(), first.member_id()));
     assert_eq!(status_header.revision(), 5);
     Ok(())
 }
@@ -269,9 +234,7 @@ async fn compare_on_lease() -> anyhow::Result<()> {
     let member = Member::start().await?;
     let mut client = member.client().await?;
     let lease = client.lease_grant(60, None).await?.id();
-    client
-        .put("l", "leased", Some(PutOptions::new().with_lease(lease)))
-        .await?;
+    client.put("l", "leased", Some(PutOptions::new().with_lease(lease))).await?;
     client.put("a", "plain", None).await?;
 
     let cases = [
@@ -282,11 +245,7 @@ async fn compare_on_lease() -> anyhow::Result<()> {
         (Compare::lease("missing", CompareOp::Equal, 0), true),
     ];
     for (compare, want) in cases {
-        assert_eq!(
-            client.txn(Txn::new().when([compare.clone()])).await?.succeeded(),
-            want,
-            "{compare:?}"
-        );
+        assert_eq!(client.txn(Txn::new().when([compare.clone()])).await?.succeeded(), want, "{compare:?}");
     }
     Ok(())
 }

@@ -19,20 +19,15 @@ const LOAD_TIMEOUT: Duration = Duration::from_secs(30);
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn acknowledged_writes_survive_leader_kill9() -> anyhow::Result<()> {
-    let mut cluster = Cluster::start_with(ClusterConfig {
-        timing: Some(Timing::FAST),
-        ..ClusterConfig::new(3)
-    })
-    .await?;
+    let mut cluster =
+        Cluster::start_with(ClusterConfig { timing: Some(Timing::FAST), ..ClusterConfig::new(3) }).await?;
     let old_leader = cluster.leader().await?;
     let old_term = cluster.member(old_leader).status().await?.raft_term;
     let endpoints = cluster.members().iter().map(|m| m.endpoint()).collect();
     let load = Load::start(endpoints, PREFIX, WRITERS);
 
-    load.wait_for("acks before the kill", LOAD_TIMEOUT, |acked| {
-        acked.iter().sum::<usize>() >= ACKS_BEFORE_KILL
-    })
-    .await?;
+    load.wait_for("acks before the kill", LOAD_TIMEOUT, |acked| acked.iter().sum::<usize>() >= ACKS_BEFORE_KILL)
+        .await?;
     cluster.member_mut(old_leader).kill9()?;
     let killed_at = Instant::now();
     let at_kill = load.acked();
@@ -46,21 +41,14 @@ async fn acknowledged_writes_survive_leader_kill9() -> anyhow::Result<()> {
     );
     assert_ne!(new_leader, old_leader);
     let new_term = cluster.member(new_leader).status().await?.raft_term;
-    assert!(
-        new_term > old_term,
-        "an election raises the term: {old_term} -> {new_term}"
-    );
+    assert!(new_term > old_term, "an election raises the term: {old_term} -> {new_term}");
 
     // Every writer, including those that wrote through the killed member, goes on writing.
     load.wait_progress(&at_kill, ACKS_AFTER_KILL, LOAD_TIMEOUT).await?;
     let reports = load.stop().await?;
     for report in &reports {
         report.assert_revisions_increase();
-        assert!(
-            report.acks.iter().any(|ack| ack.at > killed_at),
-            "writer {} acked nothing after the kill",
-            report.id
-        );
+        assert!(report.acks.iter().any(|ack| ack.at > killed_at), "writer {} acked nothing after the kill", report.id);
         eprintln!(
             "writer {}: {} acks, failures: {:?}",
             report.id,
@@ -80,20 +68,11 @@ async fn acknowledged_writes_survive_leader_kill9() -> anyhow::Result<()> {
         let local = read_prefix(&mut client, PREFIX, true).await?;
         assert_acks_present(&reports, &local, &format!("serializable read at {}", member.name()));
         let linearizable = read_prefix(&mut client, PREFIX, false).await?;
-        assert_acks_present(
-            &reports,
-            &linearizable,
-            &format!("linearizable read at {}", member.name()),
-        );
+        assert_acks_present(&reports, &linearizable, &format!("linearizable read at {}", member.name()));
         assert_eq!(local, linearizable, "{}: nothing was written meanwhile", member.name());
         maps.push(local);
     }
-    assert!(
-        maps[0] == maps[1],
-        "the survivors differ: {} and {} keys",
-        maps[0].len(),
-        maps[1].len()
-    );
+    assert!(maps[0] == maps[1], "the survivors differ: {} and {} keys", maps[0].len(), maps[1].len());
 
     // The killed member restarts with its bootstrap flags and catches up.
     cluster.member_mut(old_leader).restart().await?;

@@ -32,10 +32,7 @@ async fn follower_catches_up(config: ClusterConfig, keys: usize) -> anyhow::Resu
     // Acknowledged with the follower down: the other two members were a quorum.
     let mut want = read_prefix(&mut client, PREFIX, false).await?;
     assert_eq!(want.len(), keys);
-    assert_eq!(
-        want.get(&format!("{PREFIX}0010")).map(|v| v.0.as_str()),
-        Some("second-10")
-    );
+    assert_eq!(want.get(&format!("{PREFIX}0010")).map(|v| v.0.as_str()), Some("second-10"));
 
     cluster.member_mut(follower).restart().await?;
     cluster.wait_converged(&[0, 1, 2]).await?;
@@ -70,9 +67,6 @@ async fn follower_catches_up_from_the_log() -> anyhow::Result<()> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn follower_catches_up_past_a_snapshot() -> anyhow::Result<()> {
-    let config = ClusterConfig {
-        snapshot_count: Some(50),
-        ..ClusterConfig::new(3)
-    };
+    let config = ClusterConfig { snapshot_count: Some(50), ..ClusterConfig::new(3) };
     follower_catches_up(config, 500).await
 }

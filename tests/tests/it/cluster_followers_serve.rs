@@ -9,8 +9,7 @@ use crate::util::header;
 /// Runs etcdctl against one member and returns its stdout, failing the test if it failed.
 async fn ctl(member: &ClusterMember, args: &[&str]) -> String {
     let out = member.etcdctl(args).await.expect("run etcdctl");
-    out.ok()
-        .unwrap_or_else(|err| panic!("etcdctl {args:?} at {}: {err:#}", member.name()))
+    out.ok().unwrap_or_else(|err| panic!("etcdctl {args:?} at {}: {err:#}", member.name()))
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -33,11 +32,7 @@ async fn followers_take_writes_and_serve_linearizable_reads() -> anyhow::Result<
     // The same with the gRPC client: the read's revision covers the write.
     let (mut client_a, mut client_b) = (a.client().await?, b.client().await?);
     for i in 0..20 {
-        let (writer, reader) = if i % 2 == 0 {
-            (&mut client_a, &mut client_b)
-        } else {
-            (&mut client_b, &mut client_a)
-        };
+        let (writer, reader) = if i % 2 == 0 { (&mut client_a, &mut client_b) } else { (&mut client_b, &mut client_a) };
         let put = writer.put("counter", i.to_string(), None).await?;
         let revision = header(put.header()).revision();
         let got = reader.get("counter", None).await?;
@@ -65,11 +60,8 @@ async fn endpoint_status_and_member_list_tables() -> anyhow::Result<()> {
     cluster.wait_converged(&[0, 1, 2]).await?;
     let statuses = cluster.statuses(&[0, 1, 2]).await?;
     // `(hex id, member)`, in etcd's order: member lists are sorted by ID.
-    let mut by_id: Vec<(u64, &ClusterMember)> = statuses
-        .iter()
-        .zip(cluster.members())
-        .map(|(status, member)| (status.member_id, member))
-        .collect();
+    let mut by_id: Vec<(u64, &ClusterMember)> =
+        statuses.iter().zip(cluster.members()).map(|(status, member)| (status.member_id, member)).collect();
     by_id.sort_by_key(|(id, _)| *id);
     let by_id: Vec<(String, &ClusterMember)> = by_id.into_iter().map(|(id, m)| (format!("{id:x}"), m)).collect();
     let leader_id = format!("{:x}", statuses[leader].member_id);
@@ -97,48 +89,23 @@ async fn endpoint_status_and_member_list_tables() -> anyhow::Result<()> {
     for (row, (id, member)) in by_id.iter().enumerate() {
         let is_leader = if *id == leader_id { "true" } else { "false" };
         let client_url = member.client_url();
-        let want = [
-            client_url.as_str(),
-            id,
-            "<version>",
-            "<db size>",
-            is_leader,
-            "false",
-            &term,
-            &index,
-            &index,
-            "",
-        ];
+        let want = [client_url.as_str(), id, "<version>", "<db size>", is_leader, "false", &term, &index, &index, ""];
         let mut got: Vec<&str> = table.rows[row].iter().map(String::as_str).collect();
         // The version (etcd says 3.4.23, ours a 3.5 one) and the database size are the server's own.
         assert!(got[2].split('.').count() == 3, "version {:?}", got[2]);
-        assert!(
-            got[3].ends_with(" kB") || got[3].ends_with(" MB"),
-            "db size {:?}",
-            got[3]
-        );
+        assert!(got[3].ends_with(" kB") || got[3].ends_with(" MB"), "db size {:?}", got[3]);
         (got[2], got[3]) = ("<version>", "<db size>");
         assert_eq!(got, want, "row {row} of {table:?}");
     }
 
     let table = Table::parse(&ctl(follower, &["member", "list", "-w", "table"]).await)?;
-    assert_eq!(
-        table.header,
-        ["ID", "STATUS", "NAME", "PEER ADDRS", "CLIENT ADDRS", "IS LEARNER"]
-    );
+    assert_eq!(table.header, ["ID", "STATUS", "NAME", "PEER ADDRS", "CLIENT ADDRS", "IS LEARNER"]);
     let want: Vec<Vec<String>> = by_id
         .iter()
         .map(|(id, member)| {
-            [
-                id,
-                "started",
-                member.name(),
-                &member.peer_url(),
-                &member.client_url(),
-                "false",
-            ]
-            .map(str::to_owned)
-            .to_vec()
+            [id, "started", member.name(), &member.peer_url(), &member.client_url(), "false"]
+                .map(str::to_owned)
+                .to_vec()
         })
         .collect();
     assert_eq!(table.rows, want);

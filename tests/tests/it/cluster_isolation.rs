@@ -26,14 +26,8 @@ const RECOVER_WITHIN: Duration = Duration::from_secs(20);
 /// from the timing of leader changes.
 const NO_QUORUM_ANSWERS: [(Code, &str); 6] = [
     (Code::Unavailable, "etcdserver: request timed out"),
-    (
-        Code::Unavailable,
-        "etcdserver: request timed out, possibly due to previous leader failure",
-    ),
-    (
-        Code::Unavailable,
-        "etcdserver: request timed out, possibly due to connection lost",
-    ),
+    (Code::Unavailable, "etcdserver: request timed out, possibly due to previous leader failure"),
+    (Code::Unavailable, "etcdserver: request timed out, possibly due to connection lost"),
     (Code::Unavailable, "etcdserver: leader changed"),
     (Code::Unavailable, "etcdserver: no leader"),
     (Code::Unknown, "context deadline exceeded"),
@@ -50,10 +44,7 @@ fn assert_refused<T: std::fmt::Debug>(what: &str, result: Result<T, etcd_client:
     };
     let (code, message) = grpc_error(&err).unwrap_or_else(|| panic!("{what}: not a server error: {err}"));
     eprintln!("{what}: {code:?} {message:?} after {elapsed:?}");
-    assert!(
-        NO_QUORUM_ANSWERS.contains(&(code, message.as_str())),
-        "{what}: unexpected answer {code:?} {message:?}"
-    );
+    assert!(NO_QUORUM_ANSWERS.contains(&(code, message.as_str())), "{what}: unexpected answer {code:?} {message:?}");
     assert!(elapsed <= REFUSE_WITHIN, "{what} refused only after {elapsed:?}");
     code
 }
@@ -75,11 +66,8 @@ async fn put_until_success(client: &mut Client, key: &str, value: &str) -> anyho
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn isolated_member_refuses_linearizable_requests() -> anyhow::Result<()> {
-    let mut cluster = Cluster::start_with(ClusterConfig {
-        timing: Some(Timing::FAST),
-        ..ClusterConfig::new(3)
-    })
-    .await?;
+    let mut cluster =
+        Cluster::start_with(ClusterConfig { timing: Some(Timing::FAST), ..ClusterConfig::new(3) }).await?;
 
     // Round 0 isolates the leader, round 1 a follower.
     for round in 0..2 {
@@ -100,10 +88,8 @@ async fn isolated_member_refuses_linearizable_requests() -> anyhow::Result<()> {
         for attempt in ["first", "second"] {
             let start = Instant::now();
             let (mut put_client, mut get_client) = (client.clone(), client.clone());
-            let (put, get) = tokio::join!(
-                put_client.put("isolation", "during", None),
-                get_client.get("isolation", None)
-            );
+            let (put, get) =
+                tokio::join!(put_client.put("isolation", "during", None), get_client.get("isolation", None));
             assert_refused(&format!("round {round}: {attempt} put at {name}"), put, start);
             let code = assert_refused(&format!("round {round}: {attempt} get at {name}"), get, start);
             // etcd's read path maps its timeout; only proposals leak the raw context error.
@@ -111,9 +97,7 @@ async fn isolated_member_refuses_linearizable_requests() -> anyhow::Result<()> {
         }
         // What it has applied, it still serves without consensus. The refused puts may have been
         // appended to its log, but were never committed, so never applied.
-        let local = client
-            .get("isolation", Some(GetOptions::new().with_serializable()))
-            .await?;
+        let local = client.get("isolation", Some(GetOptions::new().with_serializable())).await?;
         let kv = local.kvs().first().expect("the key written before the pause");
         assert_eq!(kv.value(), before.as_bytes(), "round {round}");
 
@@ -131,11 +115,8 @@ async fn isolated_member_refuses_linearizable_requests() -> anyhow::Result<()> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn resumed_old_leader_serves_no_stale_read() -> anyhow::Result<()> {
-    let mut cluster = Cluster::start_with(ClusterConfig {
-        timing: Some(Timing::FAST),
-        ..ClusterConfig::new(3)
-    })
-    .await?;
+    let mut cluster =
+        Cluster::start_with(ClusterConfig { timing: Some(Timing::FAST), ..ClusterConfig::new(3) }).await?;
     let old = cluster.leader().await?;
     let mut old_client = cluster.member(old).client_with_timeout(CLIENT_TIMEOUT).await?;
     old_client.put("stale", "old", None).await?;
@@ -158,11 +139,7 @@ async fn resumed_old_leader_serves_no_stale_read() -> anyhow::Result<()> {
     match read.await? {
         Ok(resp) => {
             let value = resp.kvs().first().map(|kv| kv.value().to_vec());
-            assert_eq!(
-                value.as_deref(),
-                Some(&b"new"[..]),
-                "a deposed leader served a stale read"
-            );
+            assert_eq!(value.as_deref(), Some(&b"new"[..]), "a deposed leader served a stale read");
             eprintln!("the resumed old leader answered with the new value");
         }
         // etcd 3.4.23: Unavailable "etcdserver: leader changed", at once.

@@ -62,10 +62,7 @@ async fn learner_is_added_promoted_and_removed_under_load() -> anyhow::Result<()
     assert!(members.contains(&(n4_id.clone(), "n4".to_owned(), true)), "{json}");
     let listed = json["members"].as_array().into_iter().flatten();
     for member in listed {
-        assert!(
-            member["clientURLs"].as_array().is_some_and(|urls| urls.len() == 1),
-            "{member}"
-        );
+        assert!(member["clientURLs"].as_array().is_some_and(|urls| urls.len() == 1), "{member}");
     }
 
     // A learner serves serializable reads only.
@@ -84,10 +81,7 @@ async fn learner_is_added_promoted_and_removed_under_load() -> anyhow::Result<()
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
     let replicated = read_prefix(&mut learner, PREFIX, true).await?;
-    assert!(
-        !replicated.is_empty(),
-        "the learner serves serializable reads of what it applied"
-    );
+    assert!(!replicated.is_empty(), "the learner serves serializable reads of what it applied");
     loop {
         let out = cluster.promote(n4).await?;
         if out.success() {
@@ -120,10 +114,7 @@ async fn learner_is_added_promoted_and_removed_under_load() -> anyhow::Result<()
     // Remove n4: it stops (etcd exits once it applies its own removal), and the cluster is back to
     // three members.
     let out = ok(cluster.etcdctl_reconfig(&["member", "remove", &n4_id]).await?);
-    assert!(
-        out.starts_with("Member ") && out.contains(&format!("{n4_id} removed from cluster ")),
-        "{out:?}"
-    );
+    assert!(out.starts_with("Member ") && out.contains(&format!("{n4_id} removed from cluster ")), "{out:?}");
     let deadline = Instant::now() + CHANGE_TIMEOUT;
     while cluster.member(n4).is_running() {
         assert!(Instant::now() < deadline, "the removed member is still running");
@@ -139,12 +130,7 @@ async fn learner_is_added_promoted_and_removed_under_load() -> anyhow::Result<()
     let reports = load.stop().await?;
     for report in &reports {
         report.assert_revisions_increase();
-        eprintln!(
-            "writer {}: {} acks, failures: {:?}",
-            report.id,
-            report.acks.len(),
-            report.failures
-        );
+        eprintln!("writer {}: {} acks, failures: {:?}", report.id, report.acks.len(), report.failures);
     }
     let leader = cluster.leader().await?;
     let mut client = cluster.member(leader).client().await?;
@@ -177,9 +163,7 @@ async fn invalid_membership_changes_fail_with_etcds_errors() -> anyhow::Result<(
     // removed. Nothing listens on the reserved port of the closed listener below.
     let unused = std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?.port();
     let peer = format!("--peer-urls=http://127.0.0.1:{unused}");
-    let out = ok(cluster
-        .etcdctl_reconfig(&["member", "add", "n4", &peer, "--learner"])
-        .await?);
+    let out = ok(cluster.etcdctl_reconfig(&["member", "add", "n4", &peer, "--learner"]).await?);
     let (members, json) = member_list(&cluster).await?;
     let (learner, name, is_learner) = members
         .iter()
@@ -189,10 +173,7 @@ async fn invalid_membership_changes_fail_with_etcds_errors() -> anyhow::Result<(
     // A member that has not started yet has no name (nor client URLs) in the list.
     assert_eq!((name.as_str(), is_learner), ("", true), "{json}");
     let out = cluster.etcdctl(&["member", "promote", &learner]).await?;
-    assert_eq!(
-        error_line(&out),
-        "Error: etcdserver: can only promote a learner member which is in sync with leader"
-    );
+    assert_eq!(error_line(&out), "Error: etcdserver: can only promote a learner member which is in sync with leader");
     ok(cluster.etcdctl(&["member", "remove", &learner]).await?);
     let (members, json) = member_list(&cluster).await?;
     assert_eq!(members.len(), 3, "{json}");

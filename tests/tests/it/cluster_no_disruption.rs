@@ -16,11 +16,7 @@ const TIMING: Timing = Timing::DEFAULT;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn paused_follower_does_not_depose_the_leader() -> anyhow::Result<()> {
-    let mut cluster = Cluster::start_with(ClusterConfig {
-        timing: Some(TIMING),
-        ..ClusterConfig::new(3)
-    })
-    .await?;
+    let mut cluster = Cluster::start_with(ClusterConfig { timing: Some(TIMING), ..ClusterConfig::new(3) }).await?;
     let leader = cluster.leader().await?;
     let before = cluster.member(leader).status().await?;
     let mut client = cluster.member(leader).client().await?;

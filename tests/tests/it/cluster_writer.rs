@@ -108,10 +108,7 @@ impl Load {
     /// Waits until every writer has `more` acks beyond `since` (an earlier [`Load::acked`]).
     pub async fn wait_progress(&self, since: &[usize], more: usize, timeout: Duration) -> anyhow::Result<()> {
         let what = format!("{more} more acks each since {since:?}");
-        self.wait_for(&what, timeout, |acked| {
-            acked.iter().zip(since).all(|(now, then)| *now >= then + more)
-        })
-        .await
+        self.wait_for(&what, timeout, |acked| acked.iter().zip(since).all(|(now, then)| *now >= then + more)).await
     }
 
     /// Stops the writers after their current put and returns their reports.
@@ -143,11 +140,7 @@ struct Writer {
 
 impl Writer {
     async fn run(self) -> WriterReport {
-        let mut report = WriterReport {
-            id: self.id,
-            acks: Vec::new(),
-            failures: Vec::new(),
-        };
+        let mut report = WriterReport { id: self.id, acks: Vec::new(), failures: Vec::new() };
         let mut target = self.id % self.endpoints.len();
         let mut client: Option<Client> = None;
         for seq in 0.. {
@@ -167,18 +160,11 @@ impl Writer {
             match result {
                 Ok(resp) => {
                     let revision = header(resp.header()).revision();
-                    report.acks.push(Ack {
-                        key,
-                        value,
-                        revision,
-                        at: Instant::now(),
-                    });
+                    report.acks.push(Ack { key, value, revision, at: Instant::now() });
                     self.acked[self.id].fetch_add(1, Ordering::Relaxed);
                 }
                 Err(err) => {
-                    report
-                        .failures
-                        .push((Instant::now(), endpoint.clone(), err.to_string()));
+                    report.failures.push((Instant::now(), endpoint.clone(), err.to_string()));
                     client = None;
                     target = (target + 1) % self.endpoints.len();
                     tokio::time::sleep(BACKOFF).await;
@@ -190,9 +176,7 @@ impl Writer {
 }
 
 async fn connect(endpoint: &str) -> Result<Client, etcd_client::Error> {
-    let options = ConnectOptions::new()
-        .with_connect_timeout(Duration::from_secs(2))
-        .with_timeout(WRITE_TIMEOUT);
+    let options = ConnectOptions::new().with_connect_timeout(Duration::from_secs(2)).with_timeout(WRITE_TIMEOUT);
     Client::connect([endpoint], Some(options)).await
 }
 

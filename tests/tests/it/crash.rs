@@ -40,11 +40,7 @@ async fn writer(member_endpoint: String, round: usize, id: usize, acked: Arc<Ato
         let value = format!("value-{round}-{id}-{seq}");
         match client.put(key.as_str(), value.as_str(), None).await {
             Ok(resp) => {
-                acks.push(Ack {
-                    key,
-                    value,
-                    revision: header(resp.header()).revision(),
-                });
+                acks.push(Ack { key, value, revision: header(resp.header()).revision() });
                 acked.fetch_add(1, Ordering::Relaxed);
             }
             // The member is gone; an unacknowledged put may or may not have been applied.
@@ -61,18 +57,14 @@ async fn acknowledged_writes_survive_kill9() -> anyhow::Result<()> {
 
     for round in 0..ROUNDS {
         let acked = Arc::new(AtomicUsize::new(0));
-        let writers: Vec<_> = (0..WRITERS)
-            .map(|id| tokio::spawn(writer(member.endpoint(), round, id, acked.clone())))
-            .collect();
+        let writers: Vec<_> =
+            (0..WRITERS).map(|id| tokio::spawn(writer(member.endpoint(), round, id, acked.clone()))).collect();
 
         let deadline = Instant::now() + LOAD_DURATION;
         while acked.load(Ordering::Relaxed) < ACKS_BEFORE_KILL && Instant::now() < deadline {
             tokio::time::sleep(Duration::from_millis(10)).await;
         }
-        assert!(
-            acked.load(Ordering::Relaxed) >= ACKS_BEFORE_KILL,
-            "round {round}: too few writes acknowledged"
-        );
+        assert!(acked.load(Ordering::Relaxed) >= ACKS_BEFORE_KILL, "round {round}: too few writes acknowledged");
         member.kill9()?;
 
         for writer in writers {
@@ -84,24 +76,15 @@ async fn acknowledged_writes_survive_kill9() -> anyhow::Result<()> {
         let mut client = member.client().await?;
         for ack in &all_acks {
             let resp = client.get(ack.key.as_str(), None).await?;
-            let kv = resp
-                .kvs()
-                .first()
-                .unwrap_or_else(|| panic!("round {round}: acknowledged {ack:?} lost"));
+            let kv = resp.kvs().first().unwrap_or_else(|| panic!("round {round}: acknowledged {ack:?} lost"));
             assert_eq!(kv.value(), ack.value.as_bytes(), "round {round}: {ack:?}");
             // Every key is written once, so it keeps the revision of its put.
             assert_eq!(kv.mod_revision(), ack.revision, "round {round}: {ack:?}");
         }
         let revision = current_revision(&mut client).await?;
-        assert!(
-            revision >= max_acked,
-            "round {round}: revision {revision} went back below {max_acked}"
-        );
+        assert!(revision >= max_acked, "round {round}: revision {revision} went back below {max_acked}");
         let next = header(client.put("after-restart", round.to_string(), None).await?.header()).revision();
-        assert!(
-            next > revision.max(max_acked),
-            "round {round}: new put got revision {next}"
-        );
+        assert!(next > revision.max(max_acked), "round {round}: new put got revision {next}");
     }
 
     // Acknowledged revisions are unique: no two puts were acknowledged at one revision.

@@ -17,9 +17,7 @@ async fn ctl_error(member: &Member, args: &[&str]) -> String {
     let out = member.etcdctl(args).await.expect("run etcdctl");
     assert_eq!(out.code, Some(1), "etcdctl {args:?} should fail: {out:?}");
     assert_eq!(out.stdout, "", "etcdctl {args:?}");
-    out.error_line()
-        .unwrap_or_else(|| panic!("no Error line: {out:?}"))
-        .to_owned()
+    out.error_line().unwrap_or_else(|| panic!("no Error line: {out:?}")).to_owned()
 }
 
 async fn ctl_json(member: &Member, args: &[&str]) -> Value {
@@ -61,10 +59,7 @@ async fn put_and_get() {
     assert_eq!(ctl(&member, &["get", "foo"]).await, "");
     assert_eq!(ctl(&member, &["put", "foo", "bar"]).await, "OK\n");
     assert_eq!(ctl(&member, &["get", "foo"]).await, "foo\nbar\n");
-    assert_eq!(
-        ctl(&member, &["put", "foo", "baz", "--prev-kv"]).await,
-        "OK\nfoo\nbar\n"
-    );
+    assert_eq!(ctl(&member, &["put", "foo", "baz", "--prev-kv"]).await, "OK\nfoo\nbar\n");
     assert_eq!(ctl(&member, &["get", "foo", "--print-value-only"]).await, "baz\n");
     assert_eq!(ctl(&member, &["get", "foo", "--keys-only"]).await, "foo\n\n");
     // Values may contain spaces and newlines; the simple format prints them raw.
@@ -72,14 +67,8 @@ async fn put_and_get() {
     assert_eq!(ctl(&member, &["get", "multi"]).await, "multi\na b\nc\n");
     assert_eq!(ctl(&member, &["put", "foo", "--ignore-value"]).await, "OK\n");
     assert_eq!(ctl(&member, &["get", "foo"]).await, "foo\nbaz\n");
-    assert_eq!(
-        ctl_error(&member, &["put", "nope", "--ignore-value"]).await,
-        "Error: etcdserver: key not found"
-    );
-    assert_eq!(
-        ctl_error(&member, &["get", ""]).await,
-        "Error: etcdserver: key is not provided"
-    );
+    assert_eq!(ctl_error(&member, &["put", "nope", "--ignore-value"]).await, "Error: etcdserver: key not found");
+    assert_eq!(ctl_error(&member, &["get", ""]).await, "Error: etcdserver: key is not provided");
 }
 
 #[tokio::test]
@@ -90,88 +79,23 @@ async fn get_options() {
         (&["get", "k/c", "--from-key"], "k/c\n4\nk/d\n0\nz\noutside\n"),
         (&["get", "k/b", "k/d"], "k/b\n5\nk/c\n4\n"),
         (&["get", "k/", "--prefix", "--limit", "2"], "k/a\n7\nk/b\n5\n"),
+        (&["get", "k/", "--prefix", "--rev", "5"], "k/a\n9\nk/b\n5\nk/c\n2\nk/d\n0\n"),
+        (&["get", "k/", "--prefix", "--rev", "4", "--keys-only"], "k/a\n\nk/c\n\nk/d\n\n"),
+        (&["get", "k/", "--prefix", "--order", "DESCEND"], "k/d\n0\nk/c\n4\nk/b\n5\nk/a\n7\n"),
+        (&["get", "k/", "--prefix", "--order", "ASCEND"], "k/a\n7\nk/b\n5\nk/c\n4\nk/d\n0\n"),
+        (&["get", "k/", "--prefix", "--sort-by", "CREATE", "--keys-only"], "k/c\n\nk/a\n\nk/d\n\nk/b\n\n"),
+        (&["get", "k/", "--prefix", "--sort-by", "CREATE", "--order", "DESCEND", "--print-value-only"], "5\n0\n7\n4\n"),
+        (&["get", "k/", "--prefix", "--sort-by", "MODIFY", "--print-value-only"], "0\n5\n7\n4\n"),
         (
-            &["get", "k/", "--prefix", "--rev", "5"],
-            "k/a\n9\nk/b\n5\nk/c\n2\nk/d\n0\n",
-        ),
-        (
-            &["get", "k/", "--prefix", "--rev", "4", "--keys-only"],
-            "k/a\n\nk/c\n\nk/d\n\n",
-        ),
-        (
-            &["get", "k/", "--prefix", "--order", "DESCEND"],
-            "k/d\n0\nk/c\n4\nk/b\n5\nk/a\n7\n",
-        ),
-        (
-            &["get", "k/", "--prefix", "--order", "ASCEND"],
-            "k/a\n7\nk/b\n5\nk/c\n4\nk/d\n0\n",
-        ),
-        (
-            &["get", "k/", "--prefix", "--sort-by", "CREATE", "--keys-only"],
-            "k/c\n\nk/a\n\nk/d\n\nk/b\n\n",
-        ),
-        (
-            &[
-                "get",
-                "k/",
-                "--prefix",
-                "--sort-by",
-                "CREATE",
-                "--order",
-                "DESCEND",
-                "--print-value-only",
-            ],
-            "5\n0\n7\n4\n",
-        ),
-        (
-            &["get", "k/", "--prefix", "--sort-by", "MODIFY", "--print-value-only"],
-            "0\n5\n7\n4\n",
-        ),
-        (
-            &[
-                "get",
-                "k/",
-                "--prefix",
-                "--sort-by",
-                "VALUE",
-                "--order",
-                "DESCEND",
-                "--limit",
-                "3",
-            ],
+            &["get", "k/", "--prefix", "--sort-by", "VALUE", "--order", "DESCEND", "--limit", "3"],
             "k/a\n7\nk/b\n5\nk/c\n4\n",
         ),
+        (&["get", "k/", "--prefix", "--sort-by", "VERSION", "--order", "DESCEND", "--limit", "2"], "k/c\n4\nk/a\n7\n"),
         (
-            &[
-                "get",
-                "k/",
-                "--prefix",
-                "--sort-by",
-                "VERSION",
-                "--order",
-                "DESCEND",
-                "--limit",
-                "2",
-            ],
-            "k/c\n4\nk/a\n7\n",
-        ),
-        (
-            &[
-                "get",
-                "k/",
-                "--prefix",
-                "--sort-by",
-                "KEY",
-                "--order",
-                "DESCEND",
-                "--keys-only",
-            ],
+            &["get", "k/", "--prefix", "--sort-by", "KEY", "--order", "DESCEND", "--keys-only"],
             "k/d\n\nk/c\n\nk/b\n\nk/a\n\n",
         ),
-        (
-            &["get", "k/", "--prefix", "--consistency", "s", "--print-value-only"],
-            "7\n5\n4\n0\n",
-        ),
+        (&["get", "k/", "--prefix", "--consistency", "s", "--print-value-only"], "7\n5\n4\n0\n"),
         (&["get", "k/x", "--prefix"], ""),
     ];
     for (args, want) in cases {
@@ -184,15 +108,9 @@ async fn get_json() {
     let member = fixture().await;
     let json = ctl_json(&member, &["get", "k/", "--prefix", "--limit", "2"]).await;
     assert_eq!(json["header"]["revision"], 10);
-    assert!(
-        json["header"]["cluster_id"].as_u64().is_some_and(|id| id != 0),
-        "{json}"
-    );
+    assert!(json["header"]["cluster_id"].as_u64().is_some_and(|id| id != 0), "{json}");
     assert!(json["header"]["member_id"].as_u64().is_some_and(|id| id != 0), "{json}");
-    assert!(
-        json["header"]["raft_term"].as_u64().is_some_and(|term| term >= 1),
-        "{json}"
-    );
+    assert!(json["header"]["raft_term"].as_u64().is_some_and(|term| term >= 1), "{json}");
     assert_eq!(json["count"], 4);
     assert_eq!(json["more"], true);
     let kvs = json["kvs"].as_array().expect("kvs");
@@ -225,10 +143,7 @@ async fn delete() {
     let member = fixture().await;
     assert_eq!(ctl(&member, &["del", "missing"]).await, "0\n");
     assert_eq!(ctl(&member, &["del", "j"]).await, "1\n");
-    assert_eq!(
-        ctl(&member, &["del", "k/", "--prefix", "--prev-kv"]).await,
-        "4\nk/a\n7\nk/b\n5\nk/c\n4\nk/d\n0\n"
-    );
+    assert_eq!(ctl(&member, &["del", "k/", "--prefix", "--prev-kv"]).await, "4\nk/a\n7\nk/b\n5\nk/c\n4\nk/d\n0\n");
     assert_eq!(ctl(&member, &["get", "k/", "--prefix"]).await, "");
     let json = ctl_json(&member, &["del", "z", "--prev-kv"]).await;
     assert_eq!(json["deleted"], 1);
@@ -257,34 +172,19 @@ async fn txn_from_stdin() {
     assert_eq!(txn(failure).await, "FAILURE\n\nOK\n\n1\n");
     assert_eq!(ctl(&member, &["get", "t", "--prefix"]).await, "t2\ntwo\n");
     // Missing keys compare as zero.
-    assert_eq!(
-        txn("create(\"missing\") = \"0\"\n\nput missing here\n\n\n").await,
-        "SUCCESS\n\nOK\n"
-    );
-    assert_eq!(
-        txn("value(\"nothere\") != \"x\"\n\n\nput v x\n\n").await,
-        "FAILURE\n\nOK\n"
-    );
+    assert_eq!(txn("create(\"missing\") = \"0\"\n\nput missing here\n\n\n").await, "SUCCESS\n\nOK\n");
+    assert_eq!(txn("value(\"nothere\") != \"x\"\n\n\nput v x\n\n").await, "FAILURE\n\nOK\n");
 
-    let out = member
-        .etcdctl_stdin(&["txn", "-w", "json"], "version(\"t2\") < \"1\"\n\n\nget t2\n\n")
-        .await
-        .expect("etcdctl");
+    let out =
+        member.etcdctl_stdin(&["txn", "-w", "json"], "version(\"t2\") < \"1\"\n\n\nget t2\n\n").await.expect("etcdctl");
     let json = out.json().expect("JSON");
     assert!(json.get("succeeded").is_none(), "false is left out: {json}");
     let range = &json["responses"][0]["Response"]["ResponseRange"];
     assert_eq!(range["kvs"][0]["value"], b64("two"));
     assert_eq!(range["header"]["revision"], json["header"]["revision"]);
 
-    let dup = member
-        .etcdctl_stdin(&["txn"], "\nput d 1\nput d 2\n\n\n")
-        .await
-        .expect("etcdctl");
-    assert_eq!(
-        dup.error_line(),
-        Some("Error: etcdserver: duplicate key given in txn request"),
-        "{dup:?}"
-    );
+    let dup = member.etcdctl_stdin(&["txn"], "\nput d 1\nput d 2\n\n\n").await.expect("etcdctl");
+    assert_eq!(dup.error_line(), Some("Error: etcdserver: duplicate key given in txn request"), "{dup:?}");
 }
 
 #[tokio::test]
@@ -299,10 +199,7 @@ async fn compaction() {
     let future = "Error: etcdserver: mvcc: required revision is a future revision";
     assert_eq!(ctl_error(&member, &["compaction", "11"]).await, future);
     assert_eq!(ctl_error(&member, &["get", "k/a", "--rev", "11"]).await, future);
-    assert_eq!(
-        ctl(&member, &["compaction", "10", "--physical"]).await,
-        "compacted revision 10\n"
-    );
+    assert_eq!(ctl(&member, &["compaction", "10", "--physical"]).await, "compacted revision 10\n");
     assert_eq!(ctl(&member, &["get", "j", "--rev", "10"]).await, "j\nbefore\n");
 }
 
@@ -317,16 +214,10 @@ async fn endpoint_status() {
     assert_ne!(member_id, 0);
     assert_eq!(status["leader"].as_u64(), Some(member_id), "{status}");
     assert_eq!(status["header"]["revision"], 10);
-    assert!(
-        status["version"].as_str().is_some_and(|v| v.split('.').count() == 3),
-        "{status}"
-    );
+    assert!(status["version"].as_str().is_some_and(|v| v.split('.').count() == 3), "{status}");
     assert!(status["dbSize"].as_i64().is_some_and(|size| size > 0), "{status}");
     let (index, term) = (status["raftIndex"].as_u64(), status["raftTerm"].as_u64());
-    assert!(
-        index.is_some_and(|index| index >= 10),
-        "nine puts are nine entries: {status}"
-    );
+    assert!(index.is_some_and(|index| index >= 10), "nine puts are nine entries: {status}");
     assert!(term.is_some_and(|term| term >= 1), "{status}");
     assert_eq!(status["raftTerm"], status["header"]["raft_term"]);
 
@@ -344,20 +235,10 @@ async fn endpoint_status() {
     let health = member.etcdctl(&["endpoint", "health"]).await.expect("etcdctl");
     assert!(health.success(), "{health:?}");
     // etcdctl 3.4 prints the health line on stderr.
-    let line = format!(
-        "{} is healthy: successfully committed proposal: took = ",
-        member.endpoint()
-    );
-    assert!(
-        health.stdout.is_empty() && health.stderr.starts_with(&line),
-        "{health:?}"
-    );
+    let line = format!("{} is healthy: successfully committed proposal: took = ", member.endpoint());
+    assert!(health.stdout.is_empty() && health.stderr.starts_with(&line), "{health:?}");
     let json = ctl_json(&member, &["endpoint", "health"]).await;
-    assert_eq!(
-        (&json[0]["endpoint"], &json[0]["health"]),
-        (&member.endpoint().into(), &true.into()),
-        "{json}"
-    );
+    assert_eq!((&json[0]["endpoint"], &json[0]["health"]), (&member.endpoint().into(), &true.into()), "{json}");
 }
 
 #[tokio::test]
@@ -373,11 +254,7 @@ async fn member_list() {
     assert_eq!(members[0]["clientURLs"], serde_json::json!([member.client_url()]));
 
     let simple = ctl(&member, &["member", "list"]).await;
-    let want = format!(
-        "{member_id:x}, started, {}, {}, {}, false\n",
-        member.name(),
-        member.peer_url(),
-        member.client_url()
-    );
+    let want =
+        format!("{member_id:x}, started, {}, {}, {}, false\n", member.name(), member.peer_url(), member.client_url());
     assert_eq!(simple, want);
 }

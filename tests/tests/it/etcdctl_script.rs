@@ -24,10 +24,7 @@ const fn ctl(args: &'static [&'static str]) -> Step {
 }
 
 const fn txn(args: &'static [&'static str], stdin: &'static str) -> Step {
-    Step {
-        args,
-        stdin: Some(stdin),
-    }
+    Step { args, stdin: Some(stdin) }
 }
 
 const SCRIPT: &[Step] = &[
@@ -82,11 +79,7 @@ const SCRIPT: &[Step] = &[
 
 /// Runs the script on a fresh member and returns the masked transcript.
 async fn transcript(kind: ServerKind) -> anyhow::Result<String> {
-    let member = Member::start_with(MemberConfig {
-        kind,
-        ..MemberConfig::default()
-    })
-    .await?;
+    let member = Member::start_with(MemberConfig { kind, ..MemberConfig::default() }).await?;
     let mut client = member.client().await?;
     let fresh = client.get("foo", None).await?;
     let header = fresh.header().expect("header");

@@ -23,14 +23,8 @@ fn with_lease(id: i64) -> Option<PutOptions> {
 
 /// The keys TimeToLive (with `keys`) reports for `id`, sorted.
 async fn attached_keys(client: &mut Client, id: i64) -> anyhow::Result<Vec<String>> {
-    let ttl = client
-        .lease_time_to_live(id, Some(LeaseTimeToLiveOptions::new().with_keys()))
-        .await?;
-    let mut keys: Vec<String> = ttl
-        .keys()
-        .iter()
-        .map(|key| String::from_utf8_lossy(key).into_owned())
-        .collect();
+    let ttl = client.lease_time_to_live(id, Some(LeaseTimeToLiveOptions::new().with_keys())).await?;
+    let mut keys: Vec<String> = ttl.keys().iter().map(|key| String::from_utf8_lossy(key).into_owned()).collect();
     keys.sort();
     Ok(keys)
 }
@@ -46,38 +40,26 @@ async fn grant_with_chosen_id() -> anyhow::Result<()> {
     let member = Member::start().await?;
     let mut client = member.client().await?;
     let id = 0x1234_5678;
-    let granted = client
-        .lease_grant(60, Some(LeaseGrantOptions::new().with_id(id)))
-        .await?;
+    let granted = client.lease_grant(60, Some(LeaseGrantOptions::new().with_id(id))).await?;
     assert_eq!((granted.id(), granted.ttl(), granted.error()), (id, 60, ""));
     // A grant takes no revision.
     assert_eq!(header(granted.header()).revision(), 1);
 
     for ttl in [60, 30] {
         assert_grpc_error(
-            client
-                .lease_grant(ttl, Some(LeaseGrantOptions::new().with_id(id)))
-                .await,
+            client.lease_grant(ttl, Some(LeaseGrantOptions::new().with_id(id))).await,
             Code::FailedPrecondition,
             LEASE_EXISTS,
         );
     }
     let ttl = client.lease_time_to_live(id, None).await?;
-    assert_eq!(
-        (ttl.id(), ttl.granted_ttl()),
-        (id, 60),
-        "the failed grants changed nothing"
-    );
+    assert_eq!((ttl.id(), ttl.granted_ttl()), (id, 60), "the failed grants changed nothing");
 
     // A server-chosen ID never collides with an existing one.
     let other = client.lease_grant(60, None).await?;
     assert!(other.id() > 0 && other.id() != id, "{other:?}");
 
-    assert_grpc_error(
-        client.lease_grant(9_000_000_001, None).await,
-        Code::OutOfRange,
-        TTL_TOO_LARGE,
-    );
+    assert_grpc_error(client.lease_grant(9_000_000_001, None).await, Code::OutOfRange, TTL_TOO_LARGE);
     // Below etcd's minimum (1.5 × the 1 s election timeout, rounded up) the TTL is raised.
     assert_eq!(client.lease_grant(1, None).await?.ttl(), 2);
     assert_eq!(listed_leases(&mut client).await?.len(), 3);
@@ -90,23 +72,13 @@ async fn unknown_lease_errors() -> anyhow::Result<()> {
     let mut client = member.client().await?;
     let unknown = 0x7777;
     assert_grpc_error(client.lease_revoke(unknown).await, Code::NotFound, LEASE_NOT_FOUND);
-    assert_grpc_error(
-        client.put("k", "v", with_lease(unknown)).await,
-        Code::NotFound,
-        LEASE_NOT_FOUND,
-    );
+    assert_grpc_error(client.put("k", "v", with_lease(unknown)).await, Code::NotFound, LEASE_NOT_FOUND);
     let txn = Txn::new().and_then([TxnOp::put("t", "v", None), TxnOp::put("k", "v", with_lease(unknown))]);
     assert_grpc_error(client.txn(txn).await, Code::NotFound, LEASE_NOT_FOUND);
-    assert_eq!(
-        current_revision(&mut client).await?,
-        1,
-        "the failed writes changed nothing"
-    );
+    assert_eq!(current_revision(&mut client).await?, 1, "the failed writes changed nothing");
 
     // TimeToLive of an unknown lease is no error: TTL -1.
-    let ttl = client
-        .lease_time_to_live(unknown, Some(LeaseTimeToLiveOptions::new().with_keys()))
-        .await?;
+    let ttl = client.lease_time_to_live(unknown, Some(LeaseTimeToLiveOptions::new().with_keys())).await?;
     header(ttl.header());
     assert_eq!((ttl.id(), ttl.ttl(), ttl.granted_ttl()), (unknown, -1, 0));
     assert!(ttl.keys().is_empty(), "{ttl:?}");
@@ -218,11 +190,7 @@ async fn revoke_deletes_every_key_at_one_revision() -> anyhow::Result<()> {
     assert_eq!(before, 5);
 
     let revoked = client.lease_revoke(id).await?;
-    assert_eq!(
-        header(revoked.header()).revision(),
-        before + 1,
-        "the three deletes share one revision"
-    );
+    assert_eq!(header(revoked.header()).revision(), before + 1, "the three deletes share one revision");
     for key in ["k1", "k2", "k3"] {
         assert_eq!(client.get(key, None).await?.count(), 0, "{key} survived the revoke");
     }
@@ -243,15 +211,9 @@ async fn leases_lists_live_leases() -> anyhow::Result<()> {
 
     let first = client.lease_grant(60, None).await?.id();
     let second = client.lease_grant(10, None).await?.id();
-    let chosen = client
-        .lease_grant(30, Some(LeaseGrantOptions::new().with_id(42)))
-        .await?
-        .id();
+    let chosen = client.lease_grant(30, Some(LeaseGrantOptions::new().with_id(42))).await?.id();
     assert_eq!(chosen, 42);
-    assert_eq!(
-        listed_leases(&mut client).await?,
-        BTreeSet::from([first, second, chosen])
-    );
+    assert_eq!(listed_leases(&mut client).await?, BTreeSet::from([first, second, chosen]));
 
     client.lease_revoke(second).await?;
     assert_eq!(listed_leases(&mut client).await?, BTreeSet::from([first, chosen]));

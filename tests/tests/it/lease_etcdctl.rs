@@ -21,25 +21,14 @@ const MAX_TTL: i64 = 9_000_000_000;
 const LEASE_NOT_FOUND: &str = "etcdserver: requested lease not found";
 
 async fn ctl(member: &Member, args: &[&str]) -> anyhow::Result<String> {
-    member
-        .etcdctl(args)
-        .await?
-        .ok()
-        .with_context(|| format!("etcdctl {args:?}"))
+    member.etcdctl(args).await?.ok().with_context(|| format!("etcdctl {args:?}"))
 }
 
 /// Runs etcdctl expecting it to fail with `code`, nothing on stdout, and returns its `Error:` line.
 async fn ctl_error(member: &Member, args: &[&str], code: i32) -> anyhow::Result<String> {
     let out: CtlOutput = member.etcdctl(args).await?;
-    assert_eq!(
-        (out.code, out.stdout.as_str()),
-        (Some(code), ""),
-        "etcdctl {args:?}: {out:?}"
-    );
-    Ok(out
-        .error_line()
-        .with_context(|| format!("etcdctl {args:?} printed no Error line: {out:?}"))?
-        .to_owned())
+    assert_eq!((out.code, out.stdout.as_str()), (Some(code), ""), "etcdctl {args:?}: {out:?}");
+    Ok(out.error_line().with_context(|| format!("etcdctl {args:?} printed no Error line: {out:?}"))?.to_owned())
 }
 
 async fn ctl_json(member: &Member, args: &[&str]) -> anyhow::Result<Value> {
@@ -74,15 +63,9 @@ async fn grant(member: &Member, ttl: &str, granted: i64) -> anyhow::Result<i64> 
 /// Checks that `text` holds `remaining(<n>s)` with `granted - REMAINING_SLACK <= n <= granted` and
 /// replaces `n` with `<n>`.
 fn mask_remaining(text: &str, granted: i64) -> String {
-    let (before, rest) = text
-        .split_once("remaining(")
-        .unwrap_or_else(|| panic!("no remaining(...) in {text:?}"));
-    let (seconds, after) = rest
-        .split_once("s)")
-        .unwrap_or_else(|| panic!("unterminated remaining(...) in {text:?}"));
-    let seconds: i64 = seconds
-        .parse()
-        .unwrap_or_else(|_| panic!("remaining is not a number in {text:?}"));
+    let (before, rest) = text.split_once("remaining(").unwrap_or_else(|| panic!("no remaining(...) in {text:?}"));
+    let (seconds, after) = rest.split_once("s)").unwrap_or_else(|| panic!("unterminated remaining(...) in {text:?}"));
+    let seconds: i64 = seconds.parse().unwrap_or_else(|_| panic!("remaining is not a number in {text:?}"));
     assert!(
         (granted - REMAINING_SLACK..=granted).contains(&seconds),
         "remaining {seconds}s of a {granted}s lease: {text:?}"
@@ -111,17 +94,11 @@ async fn grant_attach_timetolive_keep_alive_revoke() -> anyhow::Result<()> {
     let short = grant(&member, "1", MIN_TTL).await?;
     let zero = grant(&member, "0", MIN_TTL).await?;
 
-    assert_eq!(
-        ctl(&member, &["put", &format!("--lease={hex}"), "k", "v"]).await?,
-        "OK\n"
-    );
+    assert_eq!(ctl(&member, &["put", &format!("--lease={hex}"), "k", "v"]).await?, "OK\n");
     assert_eq!(ctl(&member, &["get", "k"]).await?, "k\nv\n");
 
     let ttl = ctl(&member, &["lease", "timetolive", &hex]).await?;
-    assert_eq!(
-        mask_remaining(&ttl, 60),
-        format!("lease {hex} granted with TTL(60s), remaining(<n>s)\n")
-    );
+    assert_eq!(mask_remaining(&ttl, 60), format!("lease {hex} granted with TTL(60s), remaining(<n>s)\n"));
     let ttl = ctl(&member, &["lease", "timetolive", &hex, "--keys"]).await?;
     assert_eq!(
         mask_remaining(&ttl, 60),
@@ -141,15 +118,8 @@ async fn grant_attach_timetolive_keep_alive_revoke() -> anyhow::Result<()> {
         format!("lease {hex} keepalived with TTL(60)\n")
     );
 
-    assert_eq!(
-        ctl(&member, &["lease", "revoke", &hex]).await?,
-        format!("lease {hex} revoked\n")
-    );
-    assert_eq!(
-        ctl(&member, &["get", "k"]).await?,
-        "",
-        "revoking deletes the attached key"
-    );
+    assert_eq!(ctl(&member, &["lease", "revoke", &hex]).await?, format!("lease {hex} revoked\n"));
+    assert_eq!(ctl(&member, &["get", "k"]).await?, "", "revoking deletes the attached key");
     let list = ctl(&member, &["lease", "list"]).await?;
     assert!(list.starts_with("found 2 leases\n") && !list.contains(&hex), "{list:?}");
     Ok(())
@@ -161,10 +131,7 @@ async fn timetolive_lists_every_attached_key() -> anyhow::Result<()> {
     let id = grant(&member, "60", 60).await?;
     let hex = hex_id(id);
     for key in ["b", "a", "c"] {
-        assert_eq!(
-            ctl(&member, &["put", key, "v", &format!("--lease={hex}")]).await?,
-            "OK\n"
-        );
+        assert_eq!(ctl(&member, &["put", key, "v", &format!("--lease={hex}")]).await?, "OK\n");
     }
     let ttl = mask_remaining(&ctl(&member, &["lease", "timetolive", &hex, "--keys"]).await?, 60);
     let prefix = format!("lease {hex} granted with TTL(60s), remaining(<n>s), attached keys([");
@@ -183,40 +150,22 @@ async fn unknown_and_revoked_leases() -> anyhow::Result<()> {
     let member = Member::start().await?;
     let id = grant(&member, "60", 60).await?;
     let hex = hex_id(id);
-    assert_eq!(
-        ctl(&member, &["lease", "revoke", &hex]).await?,
-        format!("lease {hex} revoked\n")
-    );
+    assert_eq!(ctl(&member, &["lease", "revoke", &hex]).await?, format!("lease {hex} revoked\n"));
 
     // Revoke reports a failure with its own prefix and exit code 1 (ExitError).
     let not_found = format!("Error: failed to revoke lease ({LEASE_NOT_FOUND})");
     assert_eq!(ctl_error(&member, &["lease", "revoke", &hex], 1).await?, not_found);
-    assert_eq!(
-        ctl_error(&member, &["lease", "revoke", "1234abcd"], 1).await?,
-        not_found
-    );
+    assert_eq!(ctl_error(&member, &["lease", "revoke", "1234abcd"], 1).await?, not_found);
 
     // TimeToLive of a lease that does not exist is no error: TTL -1, printed as "already expired".
-    assert_eq!(
-        ctl(&member, &["lease", "timetolive", &hex]).await?,
-        format!("lease {hex} already expired\n")
-    );
-    assert_eq!(
-        ctl(&member, &["lease", "timetolive", &hex, "--keys"]).await?,
-        format!("lease {hex} already expired\n")
-    );
-    assert_eq!(
-        ctl(&member, &["lease", "timetolive", "1234abcd"]).await?,
-        "lease 000000001234abcd already expired\n"
-    );
+    assert_eq!(ctl(&member, &["lease", "timetolive", &hex]).await?, format!("lease {hex} already expired\n"));
+    assert_eq!(ctl(&member, &["lease", "timetolive", &hex, "--keys"]).await?, format!("lease {hex} already expired\n"));
+    assert_eq!(ctl(&member, &["lease", "timetolive", "1234abcd"]).await?, "lease 000000001234abcd already expired\n");
 
     // The server answers a keep-alive of an unknown lease with TTL 0; etcdctl turns that into
     // ErrLeaseNotFound and exits with 2 (ExitBadConnection).
     let bare = format!("Error: {LEASE_NOT_FOUND}");
-    assert_eq!(
-        ctl_error(&member, &["lease", "keep-alive", "--once", &hex], 2).await?,
-        bare
-    );
+    assert_eq!(ctl_error(&member, &["lease", "keep-alive", "--once", &hex], 2).await?, bare);
 
     // Attaching a key to an unknown lease fails the put.
     assert_eq!(ctl_error(&member, &["put", "--lease=1234", "k", "v"], 1).await?, bare);
@@ -234,10 +183,7 @@ async fn ttl_limits() -> anyhow::Result<()> {
         "Error: failed to grant lease (etcdserver: too large lease TTL)"
     );
     grant(&member, &MAX_TTL.to_string(), MAX_TTL).await?;
-    assert_eq!(
-        ctl(&member, &["lease", "list"]).await?.lines().next(),
-        Some("found 1 leases")
-    );
+    assert_eq!(ctl(&member, &["lease", "list"]).await?.lines().next(), Some("found 1 leases"));
     Ok(())
 }
 
@@ -256,10 +202,7 @@ async fn json_outputs() -> anyhow::Result<()> {
                "raft_term": "<raft_term>", "ID": id, "TTL": 60, "Error": ""})
     );
     let hex = hex_id(id);
-    assert_eq!(
-        ctl(&member, &["put", &format!("--lease={hex}"), "k", "v"]).await?,
-        "OK\n"
-    );
+    assert_eq!(ctl(&member, &["put", &format!("--lease={hex}"), "k", "v"]).await?, "OK\n");
 
     for (args, keys) in [
         (vec!["lease", "timetolive", &hex], Value::Null),
@@ -278,9 +221,7 @@ async fn json_outputs() -> anyhow::Result<()> {
         );
     }
 
-    let second = ctl_json(&member, &["lease", "grant", "30"]).await?["ID"]
-        .as_i64()
-        .context("ID")?;
+    let second = ctl_json(&member, &["lease", "grant", "30"]).await?["ID"].as_i64().context("ID")?;
     let mut list = ctl_json(&member, &["lease", "list"]).await?;
     mask_header(&mut list, 2);
     let mut leases = list["leases"].as_array().context("leases")?.clone();

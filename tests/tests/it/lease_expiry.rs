@@ -37,10 +37,7 @@ async fn expired_lease_deletes_its_key_and_watchers_see_it() -> anyhow::Result<(
     let mut client = member.client().await?;
     let mut watch = client.watch("k", None).await?;
     let created = tokio::time::timeout(ANSWER_TIMEOUT, watch.message()).await??;
-    assert!(
-        created.is_some_and(|r| r.created()),
-        "the first watch response confirms the watch"
-    );
+    assert!(created.is_some_and(|r| r.created()), "the first watch response confirms the watch");
 
     let granted_at = Instant::now();
     let id = client.lease_grant(TTL.as_secs() as i64, None).await?.id();
@@ -51,30 +48,18 @@ async fn expired_lease_deletes_its_key_and_watchers_see_it() -> anyhow::Result<(
     let lived = gone_at - granted_at;
     eprintln!("the key lived {lived:?} with a {TTL:?} lease");
     assert!(lived >= TTL, "the key went after {lived:?}, before its lease's {TTL:?}");
-    assert_eq!(
-        revision,
-        put_revision + 1,
-        "the expiry deleted the key at the next revision"
-    );
+    assert_eq!(revision, put_revision + 1, "the expiry deleted the key at the next revision");
 
     // The watcher sees the PUT, then the DELETE at the revision the key disappeared.
     let mut events = Vec::new();
     while events.len() < 2 {
-        let response = tokio::time::timeout(ANSWER_TIMEOUT, watch.message())
-            .await??
-            .expect("the watch stream ended");
+        let response = tokio::time::timeout(ANSWER_TIMEOUT, watch.message()).await??.expect("the watch stream ended");
         events.extend(response.events().iter().map(|event| {
             let kv = event.kv().expect("event without kv");
             (event.event_type(), kv.key().to_vec(), kv.mod_revision())
         }));
     }
-    assert_eq!(
-        events,
-        [
-            (EventType::Put, b"k".to_vec(), put_revision),
-            (EventType::Delete, b"k".to_vec(), revision)
-        ]
-    );
+    assert_eq!(events, [(EventType::Put, b"k".to_vec(), put_revision), (EventType::Delete, b"k".to_vec(), revision)]);
 
     let ttl = client.lease_time_to_live(id, None).await?;
     assert_eq!(ttl.ttl(), -1, "the expired lease is gone");
@@ -98,16 +83,9 @@ async fn kept_alive_lease_outlives_its_ttl() -> anyhow::Result<()> {
     for _ in 0..KEEP_ALIVES {
         ticks.tick().await;
         keeper.keep_alive().await?;
-        let kept = tokio::time::timeout(ANSWER_TIMEOUT, stream.message())
-            .await??
-            .expect("the keep-alive stream ended");
+        let kept = tokio::time::timeout(ANSWER_TIMEOUT, stream.message()).await??.expect("the keep-alive stream ended");
         assert_eq!((kept.id(), kept.ttl()), (id, TTL), "after {:?}", granted_at.elapsed());
-        assert_eq!(
-            client.get("k", None).await?.count(),
-            1,
-            "after {:?}",
-            granted_at.elapsed()
-        );
+        assert_eq!(client.get("k", None).await?.count(), 1, "after {:?}", granted_at.elapsed());
     }
     let last_kept_at = Instant::now();
     assert!(last_kept_at - granted_at > Duration::from_secs(2 * TTL as u64));
@@ -143,14 +121,8 @@ async fn lease_survives_restart_with_a_fresh_countdown() -> anyhow::Result<()> {
     let killed_at = Instant::now();
     member.restart().await?;
     let mut client = member.client().await?;
-    let ttl = client
-        .lease_time_to_live(id, Some(LeaseTimeToLiveOptions::new().with_keys()))
-        .await?;
-    assert_eq!(
-        (ttl.granted_ttl(), ttl.keys()),
-        (TTL, [b"k".to_vec()].as_slice()),
-        "the lease is durable"
-    );
+    let ttl = client.lease_time_to_live(id, Some(LeaseTimeToLiveOptions::new().with_keys())).await?;
+    assert_eq!((ttl.granted_ttl(), ttl.keys()), (TTL, [b"k".to_vec()].as_slice()), "the lease is durable");
     assert!(ttl.ttl() > 0, "{ttl:?}");
 
     // The lease outlives its first deadline (plus etcd's 500 ms expiry check) ...
@@ -205,13 +177,7 @@ async fn lease_outlives_leader_kill_then_expires_everywhere() -> anyhow::Result<
         let now = Instant::now();
         for &i in &survivors {
             let (count, _) = local_count(cluster.member(i), KEY).await?;
-            assert_eq!(
-                count,
-                1,
-                "{} lost the key {:?} after the kill",
-                cluster.member(i).name(),
-                now - killed_at
-            );
+            assert_eq!(count, 1, "{} lost the key {:?} after the kill", cluster.member(i).name(), now - killed_at);
         }
         if now >= killed_at + STILL_THERE {
             break;
@@ -233,11 +199,7 @@ async fn lease_outlives_leader_kill_then_expires_everywhere() -> anyhow::Result<
         let after_kill = gone_at - killed_at;
         eprintln!("{}: the key went {after_kill:?} after the kill", member.name());
         // The new leader was elected after the kill and restarted the countdown then.
-        assert!(
-            after_kill >= TTL,
-            "{}: the key went {after_kill:?} after the kill, before a full TTL",
-            member.name()
-        );
+        assert!(after_kill >= TTL, "{}: the key went {after_kill:?} after the kill, before a full TTL", member.name());
         assert_eq!(revision, put_revision + 1, "{}", member.name());
     }
     let ttl = client.lease_time_to_live(id, None).await?;

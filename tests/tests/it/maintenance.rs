@@ -33,18 +33,11 @@ async fn status_reports_version_leader_and_raft_progress() -> anyhow::Result<()>
     let version = semver(status.version()).unwrap_or_else(|| panic!("version {:?} is not semver", status.version()));
     if member.kind() == ServerKind::Ours {
         // Clients gate features (e.g. watch progress semantics) on the reported version.
-        assert!(
-            version >= (3, 5, 13),
-            "our server must report at least 3.5.13, got {version:?}"
-        );
+        assert!(version >= (3, 5, 13), "our server must report at least 3.5.13, got {version:?}");
     }
     let status_header = header(status.header());
     assert_ne!(status_header.member_id(), 0);
-    assert_eq!(
-        status.leader(),
-        status_header.member_id(),
-        "a single member leads itself"
-    );
+    assert_eq!(status.leader(), status_header.member_id(), "a single member leads itself");
     assert!(status.raft_term() >= 1);
     assert!(status.db_size() > 0, "etcdctl 3.6 divides by dbSize");
     assert!(status.raft_index() >= 1);
@@ -55,10 +48,7 @@ async fn status_reports_version_leader_and_raft_progress() -> anyhow::Result<()>
     client.put("k", "v", None).await?;
     let after = client.status().await?;
     assert!(after.raft_index() > status.raft_index(), "a put is a new log entry");
-    assert!(
-        after.raft_applied_index() > status.raft_applied_index(),
-        "the put was applied"
-    );
+    assert!(after.raft_applied_index() > status.raft_applied_index(), "the put was applied");
     assert_eq!(header(after.header()).revision(), 2);
     Ok(())
 }
@@ -66,14 +56,9 @@ async fn status_reports_version_leader_and_raft_progress() -> anyhow::Result<()>
 #[tokio::test]
 async fn grpc_health_check_serves() -> anyhow::Result<()> {
     let member = Member::start().await?;
-    let channel = tonic::transport::Endpoint::from_shared(member.client_url())?
-        .connect()
-        .await?;
+    let channel = tonic::transport::Endpoint::from_shared(member.client_url())?.connect().await?;
     let mut health = HealthClient::new(channel);
-    let resp = health
-        .check(HealthCheckRequest { service: String::new() })
-        .await?
-        .into_inner();
+    let resp = health.check(HealthCheckRequest { service: String::new() }).await?.into_inner();
     assert_eq!(resp.status(), ServingStatus::Serving);
     Ok(())
 }
@@ -84,9 +69,7 @@ async fn member_list_describes_the_member() -> anyhow::Result<()> {
     let mut client = member.client().await?;
     let list = client.member_list().await?;
     let member_id = header(list.header()).member_id();
-    let [only] = list.members() else {
-        panic!("one member: {:?}", list.members())
-    };
+    let [only] = list.members() else { panic!("one member: {:?}", list.members()) };
     assert_eq!(only.id(), member_id);
     assert_eq!(only.name(), member.name());
     assert_eq!(only.peer_urls(), [member.peer_url()]);

@@ -4,16 +4,12 @@ use etcd_client::{Client, KeyValue, ResponseHeader};
 
 /// The keys of `kvs` as strings, in order.
 pub fn keys(kvs: &[KeyValue]) -> Vec<String> {
-    kvs.iter()
-        .map(|kv| String::from_utf8_lossy(kv.key()).into_owned())
-        .collect()
+    kvs.iter().map(|kv| String::from_utf8_lossy(kv.key()).into_owned()).collect()
 }
 
 /// The values of `kvs` as strings, in order.
 pub fn values(kvs: &[KeyValue]) -> Vec<String> {
-    kvs.iter()
-        .map(|kv| String::from_utf8_lossy(kv.value()).into_owned())
-        .collect()
+    kvs.iter().map(|kv| String::from_utf8_lossy(kv.value()).into_owned()).collect()
 }
 
 /// The header every response must carry.

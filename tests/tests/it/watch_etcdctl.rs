@@ -75,8 +75,7 @@ impl CtlWatch {
 
     /// Waits until the output has at least `lines` complete lines.
     async fn wait_lines(&self, lines: usize) -> anyhow::Result<()> {
-        self.wait(|out| out.matches('\n').count() >= lines, &format!("{lines} lines"))
-            .await
+        self.wait(|out| out.matches('\n').count() >= lines, &format!("{lines} lines")).await
     }
 
     /// Waits until the output contains `needle`.
@@ -92,10 +91,7 @@ impl CtlWatch {
             }
             tokio::time::sleep(Duration::from_millis(20)).await;
         }
-        bail!(
-            "etcdctl watch did not print {what:?} in {OUTPUT_TIMEOUT:?}; it printed:\n{}",
-            self.output()
-        )
+        bail!("etcdctl watch did not print {what:?} in {OUTPUT_TIMEOUT:?}; it printed:\n{}", self.output())
     }
 }
 
@@ -142,12 +138,7 @@ where
         eprintln!("NOTICE: real etcd is not installed; skipping the comparison");
         return Ok(());
     }
-    let start = |kind| {
-        Member::start_with(MemberConfig {
-            kind,
-            ..MemberConfig::default()
-        })
-    };
+    let start = |kind| Member::start_with(MemberConfig { kind, ..MemberConfig::default() });
     let (etcd, tested) = tokio::try_join!(start(ServerKind::Etcd), start(ServerKind::from_env()))?;
     let (etcd, tested) = tokio::try_join!(session(etcd), session(tested))?;
     if let Some(diff) = line_diff(&etcd, &tested) {
@@ -184,11 +175,7 @@ async fn live_session(member: Member) -> anyhow::Result<String> {
     ctl(&member, &["put", "/registry/pods/b", "v1"]).await?;
     ctl(&member, &["put", "/registry/pods/a", "v2"]).await?;
     ctl(&member, &["put", "other", "x"]).await?;
-    txn(
-        &member,
-        "\nput /registry/pods/c v1\nput /registry/svc/s v1\ndel /registry/pods/b\n\n\n",
-    )
-    .await?;
+    txn(&member, "\nput /registry/pods/c v1\nput /registry/svc/s v1\ndel /registry/pods/b\n\n\n").await?;
     txn(
         &member,
         "value(\"/registry/pods/a\") = \"v2\"\n\nput /registry/pods/a v3\nput /registry/pods/a v4\n\nput x y\n\n",
@@ -260,12 +247,7 @@ async fn history_session(member: Member) -> anyhow::Result<String> {
         single.output(),
         range.output(),
         compacted.stdout,
-        compacted
-            .stderr
-            .lines()
-            .filter(|l| !l.starts_with('{'))
-            .collect::<Vec<_>>()
-            .join("\n"),
+        compacted.stderr.lines().filter(|l| !l.starts_with('{')).collect::<Vec<_>>().join("\n"),
         compacted.code,
     ))
 }

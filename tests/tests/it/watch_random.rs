@@ -73,15 +73,9 @@ async fn writer(mut client: Client, seed: u64, id: usize) -> anyhow::Result<Vec<
         } else if roll < 65 {
             let (a, b) = (rng.below(KEYS), rng.below(KEYS));
             let (from, to) = (key(a.min(b)), key(a.max(b) + 1));
-            let resp = client
-                .delete(from.as_str(), Some(DeleteOptions::new().with_range(to.as_str())))
-                .await?;
-            (resp.deleted() > 0).then(|| {
-                (
-                    resp.header().map_or(0, |h| h.revision()),
-                    vec![Change::DeleteRange(from, to)],
-                )
-            })
+            let resp = client.delete(from.as_str(), Some(DeleteOptions::new().with_range(to.as_str()))).await?;
+            (resp.deleted() > 0)
+                .then(|| (resp.header().map_or(0, |h| h.revision()), vec![Change::DeleteRange(from, to)]))
         } else {
             // A txn over distinct keys; the compare picks the branch.
             let mut picks: Vec<usize> = (0..KEYS).collect();
@@ -184,13 +178,7 @@ async fn history(client: &mut Client, mut writes: Vec<Write>) -> anyhow::Result<
                         Some(p) => format!("{plain} prev={}", describe_model(k, p)),
                         None => plain.clone(),
                     };
-                    events.push(Expected {
-                        revision: r,
-                        key: k.clone(),
-                        put: true,
-                        plain,
-                        with_prev,
-                    });
+                    events.push(Expected { revision: r, key: k.clone(), put: true, plain, with_prev });
                     model.insert(k.clone(), kv);
                 }
                 Change::Delete(k) => delete(&mut model, k, &mut events),
@@ -202,9 +190,7 @@ async fn history(client: &mut Client, mut writes: Vec<Write>) -> anyhow::Result<
                 }
             }
         }
-        let read = client
-            .get("r/", Some(GetOptions::new().with_prefix().with_revision(r)))
-            .await?;
+        let read = client.get("r/", Some(GetOptions::new().with_prefix().with_revision(r))).await?;
         let stored: Vec<String> = read.kvs().iter().map(crate::watch_util::describe_kv).collect();
         let modelled: Vec<String> = model.iter().map(|(k, kv)| describe_model(k, kv)).collect();
         assert_eq!(stored, modelled, "the store at revision {r} disagrees with the writes");
@@ -313,19 +299,11 @@ async fn drive(
         let id = resp.watch_id();
         if resp.created() {
             let logical = pending.pop_front().context("a created response nobody asked for")?;
-            assert!(
-                !resp.canceled(),
-                "{}: create refused: {}",
-                specs[logical].name,
-                resp.cancel_reason()
-            );
+            assert!(!resp.canceled(), "{}: create refused: {}", specs[logical].name, resp.cancel_reason());
             let header_rev = resp.header().context("header")?.revision();
             if received[logical].first_start == 0 {
-                received[logical].first_start = if specs[logical].start == 0 {
-                    header_rev + 1
-                } else {
-                    specs[logical].start
-                };
+                received[logical].first_start =
+                    if specs[logical].start == 0 { header_rev + 1 } else { specs[logical].start };
             }
             received[logical].events.push((responses, "CREATED".to_owned(), 0));
             by_id.insert(id, logical);
@@ -336,9 +314,7 @@ async fn drive(
             let logical = by_id.remove(&id).context("cancel of an unknown watcher")?;
             // Resume right after the last event received.
             let spec = &specs[logical];
-            stream
-                .watch(spec.key.as_str(), Some(spec.options(last_rev[logical] + 1)))
-                .await?;
+            stream.watch(spec.key.as_str(), Some(spec.options(last_rev[logical] + 1))).await?;
             pending.push_back(logical);
             continue;
         }
@@ -347,14 +323,8 @@ async fn drive(
             // A progress notification: never behind what came before, never going back.
             assert_eq!(id, -1, "only requested progress notifications are expected");
             if check_progress {
-                assert!(
-                    header_rev >= max_event_rev,
-                    "progress {header_rev} precedes an event at {max_event_rev}"
-                );
-                assert!(
-                    header_rev >= max_progress,
-                    "progress went back from {max_progress} to {header_rev}"
-                );
+                assert!(header_rev >= max_event_rev, "progress {header_rev} precedes an event at {max_event_rev}");
+                assert!(header_rev >= max_progress, "progress went back from {max_progress} to {header_rev}");
                 max_progress = header_rev;
                 // Every watcher of the stream has everything up to it (checked at the end).
                 for (logical, r) in received.iter_mut().enumerate() {
@@ -397,21 +367,10 @@ fn check(spec: &Spec, received: &Received, history: &[Expected], lenient_prev_kv
         .iter()
         .filter(|e| e.revision >= received.first_start && spec.contains(&e.key) && (e.put || !spec.no_delete))
         .collect();
-    let got: Vec<&(usize, String, i64)> = received
-        .events
-        .iter()
-        .filter(|(_, e, _)| !e.starts_with("PROGRESS") && e != "CREATED")
-        .collect();
-    let want_text: Vec<&str> = want
-        .iter()
-        .map(|e| {
-            if spec.prev_kv {
-                e.with_prev.as_str()
-            } else {
-                e.plain.as_str()
-            }
-        })
-        .collect();
+    let got: Vec<&(usize, String, i64)> =
+        received.events.iter().filter(|(_, e, _)| !e.starts_with("PROGRESS") && e != "CREATED").collect();
+    let want_text: Vec<&str> =
+        want.iter().map(|e| if spec.prev_kv { e.with_prev.as_str() } else { e.plain.as_str() }).collect();
     let got_text: Vec<&str> = got
         .iter()
         .enumerate()
@@ -421,19 +380,12 @@ fn check(spec: &Spec, received: &Received, history: &[Expected], lenient_prev_kv
         })
         .collect();
     if let Some(diff) = tests::diff::line_diff(&want_text.join("\n"), &got_text.join("\n")) {
-        panic!(
-            "{}: events differ from the history (-expected +received):\n{diff}",
-            spec.name
-        );
+        panic!("{}: events differ from the history (-expected +received):\n{diff}", spec.name);
     }
     // A revision never spans two responses.
     for pair in got.windows(2) {
         if pair[0].2 == pair[1].2 {
-            assert_eq!(
-                pair[0].0, pair[1].0,
-                "{}: revision {} split across responses",
-                spec.name, pair[0].2
-            );
+            assert_eq!(pair[0].0, pair[1].0, "{}: revision {} split across responses", spec.name, pair[0].2);
         }
     }
     // After a progress notification at N, no event at or below N arrives for this watcher.
@@ -445,11 +397,7 @@ fn check(spec: &Spec, received: &Received, history: &[Expected], lenient_prev_kv
             // A resumed watcher starts again after its last event, which may precede a progress revision.
             progress = 0;
         } else {
-            assert!(
-                *rev > progress,
-                "{}: event at {rev} after progress {progress}",
-                spec.name
-            );
+            assert!(*rev > progress, "{}: event at {rev} after progress {progress}", spec.name);
         }
     }
 }
@@ -474,42 +422,16 @@ async fn run(seed: u64) -> anyhow::Result<()> {
     };
     let streams: Vec<Vec<Spec>> = vec![
         vec![
-            Spec {
-                prefix: true,
-                prev_kv: true,
-                start: 1,
-                ..spec("all from 1 with prev_kv", "r/")
-            },
-            Spec {
-                prev_kv: true,
-                ..spec("k3 live with prev_kv", "r/k3")
-            },
+            Spec { prefix: true, prev_kv: true, start: 1, ..spec("all from 1 with prev_kv", "r/") },
+            Spec { prev_kv: true, ..spec("k3 live with prev_kv", "r/k3") },
         ],
         vec![
-            Spec {
-                range_end: Some(key(5)),
-                no_delete: true,
-                ..spec("k2..k5 puts only", "r/k2")
-            },
-            Spec {
-                prefix: true,
-                resume_every: Some(23),
-                start: 1,
-                ..spec("all, cancelled and resumed", "r/")
-            },
+            Spec { range_end: Some(key(5)), no_delete: true, ..spec("k2..k5 puts only", "r/k2") },
+            Spec { prefix: true, resume_every: Some(23), start: 1, ..spec("all, cancelled and resumed", "r/") },
         ],
         vec![
-            Spec {
-                prefix: true,
-                prev_kv: true,
-                resume_every: Some(7),
-                ..spec("all live, resumed, prev_kv", "r/")
-            },
-            Spec {
-                start: 3,
-                resume_every: Some(2),
-                ..spec("k0 from 3, resumed", "r/k0")
-            },
+            Spec { prefix: true, prev_kv: true, resume_every: Some(7), ..spec("all live, resumed, prev_kv", "r/") },
+            Spec { start: 3, resume_every: Some(2), ..spec("k0 from 3, resumed", "r/k0") },
         ],
     ];
     let (finish_tx, finish_rx) = watch::channel(0i64);
@@ -517,10 +439,7 @@ async fn run(seed: u64) -> anyhow::Result<()> {
     for specs in streams.clone() {
         let first = &specs[0];
         let client = member.client().await?;
-        let stream = client
-            .watch_client()
-            .watch(first.key.as_str(), Some(first.options(first.start)))
-            .await?;
+        let stream = client.watch_client().watch(first.key.as_str(), Some(first.options(first.start))).await?;
         drivers.push(tokio::spawn(drive(stream, specs, finish_rx.clone(), check_progress)));
     }
     let writers: Vec<_> = (0..WRITERS)
@@ -534,24 +453,9 @@ async fn run(seed: u64) -> anyhow::Result<()> {
         .collect();
     // A late watcher from a past revision joins once the writers are under way.
     tokio::time::sleep(Duration::from_millis(200)).await;
-    let late_specs = vec![Spec {
-        prefix: true,
-        prev_kv: true,
-        start: 2,
-        ..spec("late from 2", "r/")
-    }];
-    let late_stream = member
-        .client()
-        .await?
-        .watch_client()
-        .watch("r/", Some(late_specs[0].options(2)))
-        .await?;
-    let late = tokio::spawn(drive(
-        late_stream,
-        late_specs.clone(),
-        finish_rx.clone(),
-        check_progress,
-    ));
+    let late_specs = vec![Spec { prefix: true, prev_kv: true, start: 2, ..spec("late from 2", "r/") }];
+    let late_stream = member.client().await?.watch_client().watch("r/", Some(late_specs[0].options(2))).await?;
+    let late = tokio::spawn(drive(late_stream, late_specs.clone(), finish_rx.clone(), check_progress));
     let mut writes = Vec::new();
     for w in writers {
         writes.extend(w.await??);
@@ -580,9 +484,7 @@ async fn random_writes_reach_every_watcher_exactly() -> anyhow::Result<()> {
         Err(_) => vec![1, 2],
     };
     for seed in seeds {
-        run(seed)
-            .await
-            .with_context(|| format!("seed {seed} (rerun with WATCH_SEED={seed})"))?;
+        run(seed).await.with_context(|| format!("seed {seed} (rerun with WATCH_SEED={seed})"))?;
     }
     Ok(())
 }
