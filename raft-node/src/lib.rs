@@ -4,6 +4,7 @@
 //!
 //! - [`config`]: etcd's flags, defaults and `ETCD_*` environment variables.
 //! - [`member_id`]: etcd-style member and cluster ids.
+//! - [`bootstrap`]: this member's identity at first boot, and a new cluster's initial membership.
 //! - [`identity`]: the ids fixed at first boot, kept in the data dir.
 //! - [`typ`]: the openraft type configuration and aliases.
 //! - [`storage`]: the sled log store, the sled [`kv_api::Backend`] and the state machine (with snapshots).
@@ -14,16 +15,19 @@
 //! - [`forward`]: sending those requests to the leader from any member.
 //! - [`consensus`]: [`kv_api::Consensus`] on openraft: local on the leader, forwarded elsewhere.
 //! - [`authority`]: accepting the `:authority` etcdctl sends when it dials a member by URL.
+//! - [`lease_expiry`]: the leader's lease expiry loop.
 //! - [`logging`]: the binaries' tracing subscriber.
 //! - [`server`]: starting a member and serving the etcd gRPC services.
 
 pub mod authority;
+pub mod bootstrap;
 pub mod config;
 pub mod consensus;
 pub mod election;
 pub mod forward;
 pub mod identity;
 pub mod leader;
+pub mod lease_expiry;
 pub mod logging;
 pub mod member_id;
 pub mod network;

@@ -1,12 +1,11 @@
 //! Starting a member: storage, identity, Raft, bootstrap or join, and the client and peer gRPC services.
 
-use std::collections::BTreeMap;
 use std::future::Future;
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
-use anyhow::{bail, Context};
+use anyhow::Context;
 use kv_api::lease::expiry::LeaseDeadlines;
 use kv_api::lease::service::LeaseService;
 use kv_api::service::cluster::ClusterService;
@@ -29,13 +28,12 @@ use crate::config::{socket_addr, Config};
 use crate::consensus::{request_timeout, RaftConsensus};
 use crate::election::ElectionClock;
 use crate::forward::Forwarder;
-use crate::identity::Identity;
-use crate::leader::{Leader, LeaderReply, LeaderRequest};
-use crate::member_id::{cluster_id, member_id};
+use crate::leader::{Leader, LeaderRequest};
 use crate::network::PeerNetwork;
 use crate::peer_service::PeerService;
 use crate::storage;
-use crate::typ::{MemberNode, NodeId, Raft};
+use crate::typ::{NodeId, Raft};
+use crate::{bootstrap, lease_expiry};
 
 /// gRPC accepts messages this much beyond `--max-request-bytes`, as etcd does, so that a request slightly
 /// over the limit reaches our own check and gets etcd's "request is too large"; beyond that the
@@ -55,21 +53,8 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> anyhow::
 
     let member_dir = config.data_dir().join("member");
     std::fs::create_dir_all(&member_dir).with_context(|| format!("creating {}", member_dir.display()))?;
-    let bootstrap = bootstrap_members(&config, &initial_cluster);
-    let identity = match Identity::load(&member_dir)? {
-        Some(identity) => identity,
-        None => {
-            let identity = match config.initial_cluster_state.as_str() {
-                "new" => Identity {
-                    member_id: member_id(&config.initial_advertise_peer_urls, &config.initial_cluster_token),
-                    cluster_id: cluster_id(bootstrap.keys().copied()),
-                },
-                _ => join_identity(&config, &bootstrap, &forwarder).await?,
-            };
-            identity.save(&member_dir)?;
-            identity
-        }
-    };
+    let bootstrap = bootstrap::initial_members(&config, &initial_cluster);
+    let identity = bootstrap::identity(&config, &bootstrap, &forwarder, &member_dir).await?;
     info!(
         member_id = format!("{:x}", identity.member_id),
         cluster_id = format!("{:x}", identity.cluster_id),
@@ -148,7 +133,7 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> anyhow::
         }
     };
     let lease = pb::lease_server::LeaseServer::new(LeaseService::new(consensus.clone(), store.clone(), api.clone()));
-    tokio::spawn(expire_leases(leader.clone(), consensus.clone()));
+    tokio::spawn(lease_expiry::expire_leases(leader.clone(), consensus.clone()));
     let kv = pb::kv_server::KvServer::new(KvService::new(consensus.clone(), store.clone(), api.clone()))
         .max_decoding_message_size(usize::MAX)
         .max_encoding_message_size(usize::MAX);
@@ -267,31 +252,6 @@ fn addrs(urls: &[String]) -> anyhow::Result<Vec<SocketAddr>> {
     Ok(urls.iter().map(|u| socket_addr(u)).collect::<Result<Vec<_>, _>>()?)
 }
 
-/// How often the leader looks for expired leases.
-const LEASE_EXPIRY_TICK: Duration = Duration::from_millis(500);
-
-/// Expires leases while this member leads: each lease past its deadline is revoked through Raft (so every
-/// member deletes its keys at the same revision). Deadlines start over whenever this member becomes leader.
-async fn expire_leases(leader: Leader, consensus: Arc<RaftConsensus>) {
-    let mut ticker = tokio::time::interval(LEASE_EXPIRY_TICK);
-    loop {
-        ticker.tick().await;
-        let leading = leader.raft.metrics().borrow().current_leader == Some(leader.member_id);
-        if !leading {
-            leader.deadlines.clear();
-            continue;
-        }
-        let leases = leader.store.read().leases();
-        for id in leader.deadlines.expired(&leases, std::time::Instant::now()) {
-            info!(lease_id = format!("{id:x}"), "lease expired");
-            match consensus.propose(kv_api::Command::LeaseRevoke(pb::LeaseRevokeRequest { id })).await {
-                Ok(_) | Err(kv_api::Error::LeaseNotFound) => {}
-                Err(err) => warn!(lease_id = format!("{id:x}"), %err, "revoking an expired lease failed; will retry"),
-            }
-        }
-    }
-}
-
 /// Resolves on SIGINT (Ctrl-C) or SIGTERM: the trigger the binaries give [`run`].
 pub async fn shutdown_signal() {
     let mut term = match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
@@ -310,57 +270,6 @@ pub async fn shutdown_signal() {
 /// Resolves once `stop` turns true.
 async fn stopped(mut stop: watch::Receiver<bool>) {
     let _ = stop.wait_for(|s| *s).await;
-}
-
-/// The voters a new cluster starts with, from `--initial-cluster`. Every member must propose exactly the
-/// same membership, so client URLs are left out here: each member publishes its own once running.
-fn bootstrap_members(config: &Config, initial_cluster: &BTreeMap<String, Vec<String>>) -> BTreeMap<NodeId, MemberNode> {
-    initial_cluster
-        .iter()
-        .map(|(name, peer_urls)| {
-            let node = MemberNode { name: name.clone(), peer_urls: peer_urls.clone(), client_urls: Vec::new() };
-            (member_id(peer_urls, &config.initial_cluster_token), node)
-        })
-        .collect()
-}
-
-/// A member joining a running cluster (`--initial-cluster-state existing`, after `member add`) learns its id
-/// and the cluster's from the other members listed in `--initial-cluster`.
-async fn join_identity(
-    config: &Config,
-    bootstrap: &BTreeMap<NodeId, MemberNode>,
-    forwarder: &Forwarder,
-) -> anyhow::Result<Identity> {
-    let mut own_urls = config.initial_advertise_peer_urls.clone();
-    own_urls.sort();
-    let peers: Vec<&MemberNode> = bootstrap.values().filter(|node| node.name != config.name).collect();
-    if peers.is_empty() {
-        bail!("--initial-cluster-state existing needs the other members in --initial-cluster");
-    }
-    for attempt in 0..30 {
-        for peer in &peers {
-            match forwarder.send(peer, &LeaderRequest::ClusterInfo, Duration::from_secs(2)).await {
-                Ok(LeaderReply::ClusterInfo { cluster_id, members }) => {
-                    let own = members.iter().find(|m| {
-                        let mut urls = m.peer_ur_ls.clone();
-                        urls.sort();
-                        urls == own_urls
-                    });
-                    match own {
-                        Some(member) => return Ok(Identity { member_id: member.id, cluster_id }),
-                        None => bail!(
-                            "this member ({}) is not in the cluster: add it first with `etcdctl member add`",
-                            own_urls.join(",")
-                        ),
-                    }
-                }
-                Ok(other) => warn!(?other, "unexpected answer to a cluster info request"),
-                Err(err) => warn!(peer = %peer, %err, attempt, "cannot reach a member of the cluster yet"),
-            }
-        }
-        tokio::time::sleep(Duration::from_secs(1)).await;
-    }
-    bail!("could not reach any member of the existing cluster listed in --initial-cluster")
 }
 
 /// Once the cluster has a leader, makes sure the membership carries this member's name and client URLs
