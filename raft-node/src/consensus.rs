@@ -148,7 +148,8 @@ impl kv_api::Consensus for RaftConsensus {
     fn raft_status(&self) -> RaftStatus {
         let metrics = self.raft().metrics().borrow().clone();
         RaftStatus {
-            leader: metrics.current_leader.unwrap_or(0),
+            // A member that went an election timeout without hearing from its leader knows none (etcd: 0).
+            leader: if self.has_leader() { metrics.current_leader.unwrap_or(0) } else { 0 },
             raft_index: metrics.last_log_index.unwrap_or(0),
             raft_term: metrics.current_term,
             raft_applied_index: metrics.last_applied.map_or(0, |id| id.index),
