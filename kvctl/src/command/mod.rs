@@ -1,0 +1,172 @@
+//! The command line: global flags plus one subcommand per etcdctl verb, one file each.
+
+pub mod compaction;
+pub mod del;
+pub mod endpoint;
+pub mod get;
+pub mod member;
+pub mod put;
+pub mod version;
+
+use clap::{Parser, Subcommand};
+use proto::etcdserverpb as pb;
+use tonic::transport::Channel;
+
+use crate::error::CliError;
+use crate::global::GlobalFlags;
+
+#[derive(Debug, Parser)]
+#[command(name = "kvctl", about = "A simple command line client for etcd3.", disable_version_flag = true)]
+pub struct Cli {
+    #[command(flatten)]
+    pub global: GlobalFlags,
+
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Gets the key or a range of keys
+    Get(get::GetCommand),
+    /// Puts the given key into the store
+    Put(put::PutCommand),
+    /// Removes the specified key or range of keys [key, range_end)
+    Del(del::DelCommand),
+    /// Compacts the event history in etcd
+    Compaction(compaction::CompactionCommand),
+    /// Membership related commands
+    #[command(subcommand)]
+    Member(member::MemberCommand),
+    /// Endpoint related commands
+    #[command(subcommand)]
+    Endpoint(endpoint::EndpointCommand),
+    /// Prints the version of etcdctl
+    Version,
+}
+
+impl Cli {
+    /// Runs the command and returns what goes to stdout.
+    pub async fn run(&self) -> Result<String, CliError> {
+        let global = &self.global;
+        match &self.command {
+            Command::Get(cmd) => cmd.run(global).await,
+            Command::Put(cmd) => cmd.run(global).await,
+            Command::Del(cmd) => cmd.run(global).await,
+            Command::Compaction(cmd) => cmd.run(global).await,
+            Command::Member(cmd) => cmd.run(global).await,
+            Command::Endpoint(cmd) => cmd.run(global).await,
+            Command::Version => Ok(version::output()),
+        }
+    }
+}
+
+pub(crate) async fn kv_client(global: &GlobalFlags) -> Result<pb::kv_client::KvClient<Channel>, CliError> {
+    Ok(pb::kv_client::KvClient::new(global.channel().await?))
+}
+
+/// clientv3's `getPrefix`: the smallest key greater than every key starting with `key`; `\0`
+/// ("to the end of the keyspace") when no such key exists.
+pub(crate) fn prefix_end(key: &[u8]) -> Vec<u8> {
+    let mut end = key.to_vec();
+    while let Some(last) = end.pop() {
+        if last < 0xff {
+            end.push(last + 1);
+            return end;
+        }
+    }
+    vec![0]
+}
+
+/// The `[key, range_end)` a get or del covers, applying `--prefix`/`--from-key` as clientv3 does.
+pub(crate) fn key_range(
+    verb: &str,
+    args: &[String],
+    prefix: bool,
+    from_key: bool,
+) -> Result<(Vec<u8>, Vec<u8>), CliError> {
+    if args.is_empty() || args.len() > 2 {
+        return Err(CliError::bad_args(format!(
+            "{verb} command needs one argument as key and an optional argument as range_end"
+        )));
+    }
+    if prefix && from_key {
+        return Err(CliError::bad_args("`--prefix` and `--from-key` cannot be set at the same time, choose one"));
+    }
+    let mut key = args[0].as_bytes().to_vec();
+    let mut range_end = Vec::new();
+    if let Some(end) = args.get(1) {
+        if prefix || from_key {
+            return Err(CliError::bad_args(
+                "too many arguments, only accept one argument when `--prefix` or `--from-key` is set.",
+            ));
+        }
+        range_end = end.as_bytes().to_vec();
+    }
+    if prefix {
+        if key.is_empty() {
+            key = vec![0];
+            range_end = vec![0];
+        } else {
+            range_end = prefix_end(&key);
+        }
+    }
+    if from_key {
+        if key.is_empty() {
+            key = vec![0];
+        }
+        range_end = vec![0];
+    }
+    Ok((key, range_end))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn prefix_ends() {
+        let cases: [(&[u8], &[u8]); 4] = [(b"abc", b"abd"), (b"a\xff", b"b"), (b"\xff\xff", b"\0"), (b"", b"\0")];
+        for (key, want) in cases {
+            assert_eq!(prefix_end(key), want, "{key:?}");
+        }
+    }
+
+    #[test]
+    fn key_ranges() {
+        let args = |a: &[&str]| a.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+        assert_eq!(key_range("get", &args(&["a"]), false, false).ok(), Some((b"a".to_vec(), vec![])));
+        assert_eq!(key_range("get", &args(&["a", "c"]), false, false).ok(), Some((b"a".to_vec(), b"c".to_vec())));
+        assert_eq!(key_range("get", &args(&["a"]), true, false).ok(), Some((b"a".to_vec(), b"b".to_vec())));
+        assert_eq!(key_range("get", &args(&[""]), true, false).ok(), Some((vec![0], vec![0])));
+        assert_eq!(key_range("get", &args(&["a"]), false, true).ok(), Some((b"a".to_vec(), vec![0])));
+        assert_eq!(key_range("get", &args(&[]), false, false).map_err(|e| e.code), Err(128));
+        assert_eq!(key_range("get", &args(&["a", "b"]), true, false).map_err(|e| e.code), Err(128));
+        assert_eq!(key_range("del", &args(&["a"]), true, true).map_err(|e| e.code), Err(128));
+    }
+
+    #[test]
+    fn flags_parse_like_etcdctl() {
+        let cli = Cli::try_parse_from([
+            "kvctl",
+            "--endpoints=http://a:1,b:2",
+            "get",
+            "foo",
+            "--prefix",
+            "-w",
+            "json",
+            "--rev=3",
+            "--limit",
+            "2",
+            "--sort-by=MODIFY",
+            "--order=DESCEND",
+        ])
+        .expect("parses");
+        assert_eq!(cli.global.endpoints, ["http://a:1", "b:2"]);
+        assert_eq!(cli.global.write_out, crate::global::WriteOut::Json);
+        let Command::Get(get) = cli.command else { panic!("not get") };
+        assert!(get.prefix);
+        assert_eq!((get.rev, get.limit), (3, 2));
+        assert_eq!(get.sort_by, "MODIFY");
+    }
+}

@@ -1,0 +1,21 @@
+//! `kvctl`: an etcdctl 3.4 look-alike that speaks etcd's v3 gRPC API directly.
+//!
+//! The promise: whatever a user types into `etcdctl`, they can type into `kvctl` and see the same
+//! bytes on stdout, the same `Error:` line on stderr and the same exit code.
+//!
+//! # Layout
+//!
+//! - [`global`]: etcdctl's global flags (`--endpoints`, timeouts, `-w`, `--hex`) and dialing.
+//! - [`error`]: [`CliError`], an exit code plus the message etcdctl would print after `Error: `.
+//! - [`command`]: one file per verb (`get`, `put`, `del`, `compaction`, `member list`,
+//!   `endpoint status|hashkv`, `version`); each builds the request exactly as etcdctl's clientv3
+//!   would, sends it and hands the response to a printer.
+//! - [`printer`]: one module per output format (`simple`, `json`, `fields`, `table`).
+
+pub mod command;
+pub mod error;
+pub mod global;
+pub mod printer;
+
+pub use command::Cli;
+pub use error::CliError;

@@ -1,0 +1,164 @@
+//! etcdctl's `fields` format (`printer_fields.go`): one `"Name" : value` line per field, strings
+//! quoted with Go's `%q`.
+
+use std::fmt::Write;
+
+use proto::etcdserverpb as pb;
+use proto::mvccpb;
+
+pub fn get(resp: &pb::RangeResponse) -> String {
+    let mut out = header(resp.header.as_ref());
+    for kv in &resp.kvs {
+        push_kv(&mut out, "", kv);
+    }
+    let _ = writeln!(out, "\"More\" : {}", resp.more);
+    let _ = writeln!(out, "\"Count\" : {}", resp.count);
+    out
+}
+
+pub fn put(resp: &pb::PutResponse) -> String {
+    let mut out = header(resp.header.as_ref());
+    if let Some(kv) = &resp.prev_kv {
+        push_kv(&mut out, "Prev", kv);
+    }
+    out
+}
+
+pub fn del(resp: &pb::DeleteRangeResponse) -> String {
+    let mut out = header(resp.header.as_ref());
+    let _ = writeln!(out, "\"Deleted\" : {}", resp.deleted);
+    for kv in &resp.prev_kvs {
+        push_kv(&mut out, "Prev", kv);
+    }
+    out
+}
+
+pub fn member_list(resp: &pb::MemberListResponse) -> String {
+    let mut out = header(resp.header.as_ref());
+    for m in &resp.members {
+        let _ = writeln!(out, "\"ID\" : {}", m.id);
+        let _ = writeln!(out, "\"Name\" : {}", go_quote(m.name.as_bytes()));
+        for url in &m.peer_ur_ls {
+            let _ = writeln!(out, "\"PeerURL\" : {}", go_quote(url.as_bytes()));
+        }
+        for url in &m.client_ur_ls {
+            let _ = writeln!(out, "\"ClientURL\" : {}", go_quote(url.as_bytes()));
+        }
+        let _ = writeln!(out, "\"IsLearner\" : {}", m.is_learner);
+        out.push('\n');
+    }
+    out
+}
+
+pub fn endpoint_status(statuses: &[(String, pb::StatusResponse)]) -> String {
+    let mut out = String::new();
+    for (endpoint, s) in statuses {
+        out.push_str(&header(s.header.as_ref()));
+        let _ = writeln!(out, "\"Version\" : {}", go_quote(s.version.as_bytes()));
+        let _ = writeln!(out, "\"DBSize\" : {}", s.db_size);
+        let _ = writeln!(out, "\"Leader\" : {}", s.leader);
+        let _ = writeln!(out, "\"IsLearner\" : {}", s.is_learner);
+        let _ = writeln!(out, "\"RaftIndex\" : {}", s.raft_index);
+        let _ = writeln!(out, "\"RaftTerm\" : {}", s.raft_term);
+        let _ = writeln!(out, "\"RaftAppliedIndex\" : {}", s.raft_applied_index);
+        // Go's fmt.Println of a []string: `[a b]`.
+        let _ = writeln!(out, "\"Errors\" : [{}]", s.errors.join(" "));
+        let _ = writeln!(out, "\"Endpoint\" : {}", go_quote(endpoint.as_bytes()));
+        out.push('\n');
+    }
+    out
+}
+
+pub fn endpoint_hashkv(hashes: &[(String, pb::HashKvResponse)]) -> String {
+    let mut out = String::new();
+    for (endpoint, h) in hashes {
+        out.push_str(&header(h.header.as_ref()));
+        let _ = writeln!(out, "\"Endpoint\" : {}", go_quote(endpoint.as_bytes()));
+        let _ = writeln!(out, "\"Hash\" : {}", h.hash);
+        out.push('\n');
+    }
+    out
+}
+
+/// Go reads the fields of a nil header as zeros.
+fn header(header: Option<&pb::ResponseHeader>) -> String {
+    let h = header.cloned().unwrap_or_default();
+    format!(
+        "\"ClusterID\" : {}\n\"MemberID\" : {}\n\"Revision\" : {}\n\"RaftTerm\" : {}\n",
+        h.cluster_id, h.member_id, h.revision, h.raft_term
+    )
+}
+
+fn push_kv(out: &mut String, prefix: &str, kv: &mvccpb::KeyValue) {
+    let _ = writeln!(out, "\"{prefix}Key\" : {}", go_quote(&kv.key));
+    let _ = writeln!(out, "\"{prefix}CreateRevision\" : {}", kv.create_revision);
+    let _ = writeln!(out, "\"{prefix}ModRevision\" : {}", kv.mod_revision);
+    let _ = writeln!(out, "\"{prefix}Version\" : {}", kv.version);
+    let _ = writeln!(out, "\"{prefix}Value\" : {}", go_quote(&kv.value));
+    let _ = writeln!(out, "\"{prefix}Lease\" : {}", kv.lease);
+}
+
+/// Go's `strconv.Quote` of `string(bytes)`: printable runes as is, the usual C escapes, `\xNN`
+/// for invalid UTF-8 and `\uNNNN`/`\UNNNNNNNN` for other non-printable runes. "Printable" is
+/// approximated as "neither control nor whitespace, or a plain space".
+pub fn go_quote(bytes: &[u8]) -> String {
+    let mut out = String::from("\"");
+    for chunk in bytes.utf8_chunks() {
+        for c in chunk.valid().chars() {
+            match c {
+                '"' => out.push_str("\\\""),
+                '\\' => out.push_str("\\\\"),
+                '\x07' => out.push_str("\\a"),
+                '\x08' => out.push_str("\\b"),
+                '\x0c' => out.push_str("\\f"),
+                '\n' => out.push_str("\\n"),
+                '\r' => out.push_str("\\r"),
+                '\t' => out.push_str("\\t"),
+                '\x0b' => out.push_str("\\v"),
+                ' ' => out.push(' '),
+                c if (c as u32) < 0x80 && !c.is_ascii_graphic() => {
+                    let _ = write!(out, "\\x{:02x}", c as u32);
+                }
+                c if c.is_control() || c.is_whitespace() => {
+                    if (c as u32) < 0x10000 {
+                        let _ = write!(out, "\\u{:04x}", c as u32);
+                    } else {
+                        let _ = write!(out, "\\U{:08x}", c as u32);
+                    }
+                }
+                c => out.push(c),
+            }
+        }
+        for b in chunk.invalid() {
+            let _ = write!(out, "\\x{b:02x}");
+        }
+    }
+    out.push('"');
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn quotes_like_go() {
+        let cases: [(&[u8], &str); 4] = [
+            (b"foo", r#""foo""#),
+            ("a\x01\"\\é\t".as_bytes(), r#""a\x01\"\\é\t""#),
+            (b"\xff", r#""\xff""#),
+            ("\u{2028} x".as_bytes(), r#""\u2028 x""#),
+        ];
+        for (bytes, want) in cases {
+            assert_eq!(go_quote(bytes), want);
+        }
+    }
+
+    #[test]
+    fn put_without_prev_kv() {
+        assert_eq!(
+            put(&pb::PutResponse::default()),
+            "\"ClusterID\" : 0\n\"MemberID\" : 0\n\"Revision\" : 0\n\"RaftTerm\" : 0\n"
+        );
+    }
+}

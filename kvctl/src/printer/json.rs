@@ -1,0 +1,242 @@
+//! etcdctl's `json` format: Go's `encoding/json` applied to the gogo-protobuf response structs.
+//!
+//! That means: fields in `.proto` order under their proto names, every field `omitempty` (zero
+//! numbers, `false`, empty bytes and empty lists vanish), 64-bit integers as bare numbers and bytes
+//! as standard padded base64. Written by hand because field order and omission rules matter
+//! byte-for-byte.
+
+use base64::engine::general_purpose::STANDARD;
+use base64::Engine;
+use proto::etcdserverpb as pb;
+use proto::mvccpb;
+
+pub fn range(resp: &pb::RangeResponse) -> String {
+    let mut obj = Object::default();
+    header(&mut obj, resp.header.as_ref());
+    obj.list("kvs", resp.kvs.iter().map(key_value).collect());
+    obj.bool("more", resp.more);
+    obj.int("count", resp.count);
+    obj.finish_line()
+}
+
+pub fn put(resp: &pb::PutResponse) -> String {
+    let mut obj = Object::default();
+    header(&mut obj, resp.header.as_ref());
+    if let Some(kv) = &resp.prev_kv {
+        obj.raw("prev_kv", key_value(kv));
+    }
+    obj.finish_line()
+}
+
+pub fn delete_range(resp: &pb::DeleteRangeResponse) -> String {
+    let mut obj = Object::default();
+    header(&mut obj, resp.header.as_ref());
+    obj.int("deleted", resp.deleted);
+    obj.list("prev_kvs", resp.prev_kvs.iter().map(key_value).collect());
+    obj.finish_line()
+}
+
+pub fn member_list(resp: &pb::MemberListResponse) -> String {
+    let mut obj = Object::default();
+    header(&mut obj, resp.header.as_ref());
+    let members = resp
+        .members
+        .iter()
+        .map(|m| {
+            let mut member = Object::default();
+            member.uint("ID", m.id);
+            member.string("name", &m.name);
+            member.strings("peerURLs", &m.peer_ur_ls);
+            member.strings("clientURLs", &m.client_ur_ls);
+            member.bool("isLearner", m.is_learner);
+            member.finish()
+        })
+        .collect();
+    obj.list("members", members);
+    obj.finish_line()
+}
+
+/// `endpoint status`: etcdctl marshals a list of `{Endpoint, Status}` pairs.
+pub fn endpoint_status(statuses: &[(String, pb::StatusResponse)]) -> String {
+    let items = statuses
+        .iter()
+        .map(|(endpoint, s)| {
+            let mut status = Object::default();
+            header(&mut status, s.header.as_ref());
+            status.string("version", &s.version);
+            status.int("dbSize", s.db_size);
+            status.uint("leader", s.leader);
+            status.uint("raftIndex", s.raft_index);
+            status.uint("raftTerm", s.raft_term);
+            status.uint("raftAppliedIndex", s.raft_applied_index);
+            status.strings("errors", &s.errors);
+            status.int("dbSizeInUse", s.db_size_in_use);
+            status.bool("isLearner", s.is_learner);
+            format!("{{\"Endpoint\":{},\"Status\":{}}}", go_string(endpoint), status.finish())
+        })
+        .collect::<Vec<_>>();
+    format!("[{}]\n", items.join(","))
+}
+
+/// `endpoint hashkv`: a list of `{Endpoint, HashKV}` pairs.
+pub fn endpoint_hashkv(hashes: &[(String, pb::HashKvResponse)]) -> String {
+    let items = hashes
+        .iter()
+        .map(|(endpoint, h)| {
+            let mut hash = Object::default();
+            header(&mut hash, h.header.as_ref());
+            hash.uint("hash", u64::from(h.hash));
+            hash.int("compact_revision", h.compact_revision);
+            format!("{{\"Endpoint\":{},\"HashKV\":{}}}", go_string(endpoint), hash.finish())
+        })
+        .collect::<Vec<_>>();
+    format!("[{}]\n", items.join(","))
+}
+
+/// A string as Go's `encoding/json` writes it: HTML-safe (`<`, `>`, `&` escaped) and with
+/// U+2028/U+2029 escaped; control characters other than `\n`, `\r`, `\t` as `\u00XX`.
+pub fn go_string(text: &str) -> String {
+    let mut out = String::from("\"");
+    for c in text.chars() {
+        match c {
+            '"' => out.push_str("\\\""),
+            '\\' => out.push_str("\\\\"),
+            '\n' => out.push_str("\\n"),
+            '\r' => out.push_str("\\r"),
+            '\t' => out.push_str("\\t"),
+            c if (c as u32) < 0x20 || matches!(c, '<' | '>' | '&' | '\u{2028}' | '\u{2029}') => {
+                out.push_str(&format!("\\u{:04x}", c as u32));
+            }
+            c => out.push(c),
+        }
+    }
+    out.push('"');
+    out
+}
+
+fn header(obj: &mut Object, header: Option<&pb::ResponseHeader>) {
+    let Some(h) = header else { return };
+    let mut inner = Object::default();
+    inner.uint("cluster_id", h.cluster_id);
+    inner.uint("member_id", h.member_id);
+    inner.int("revision", h.revision);
+    inner.uint("raft_term", h.raft_term);
+    obj.raw("header", inner.finish());
+}
+
+fn key_value(kv: &mvccpb::KeyValue) -> String {
+    let mut obj = Object::default();
+    obj.bytes("key", &kv.key);
+    obj.int("create_revision", kv.create_revision);
+    obj.int("mod_revision", kv.mod_revision);
+    obj.int("version", kv.version);
+    obj.bytes("value", &kv.value);
+    obj.int("lease", kv.lease);
+    obj.finish()
+}
+
+/// A JSON object under construction; every setter skips Go's zero values (`omitempty`).
+#[derive(Default)]
+struct Object {
+    fields: Vec<String>,
+}
+
+impl Object {
+    fn raw(&mut self, name: &str, json: String) {
+        self.fields.push(format!("\"{name}\":{json}"));
+    }
+
+    fn int(&mut self, name: &str, value: i64) {
+        if value != 0 {
+            self.raw(name, value.to_string());
+        }
+    }
+
+    fn uint(&mut self, name: &str, value: u64) {
+        if value != 0 {
+            self.raw(name, value.to_string());
+        }
+    }
+
+    fn bool(&mut self, name: &str, value: bool) {
+        if value {
+            self.raw(name, "true".to_string());
+        }
+    }
+
+    /// Base64 never needs JSON escaping, so the string is written as is.
+    fn bytes(&mut self, name: &str, value: &[u8]) {
+        if !value.is_empty() {
+            self.raw(name, format!("\"{}\"", STANDARD.encode(value)));
+        }
+    }
+
+    fn string(&mut self, name: &str, value: &str) {
+        if !value.is_empty() {
+            self.raw(name, go_string(value));
+        }
+    }
+
+    fn strings(&mut self, name: &str, values: &[String]) {
+        self.list(name, values.iter().map(|v| go_string(v)).collect());
+    }
+
+    fn list(&mut self, name: &str, items: Vec<String>) {
+        if !items.is_empty() {
+            self.raw(name, format!("[{}]", items.join(",")));
+        }
+    }
+
+    fn finish(self) -> String {
+        format!("{{{}}}", self.fields.join(","))
+    }
+
+    /// etcdctl prints with `fmt.Println`.
+    fn finish_line(self) -> String {
+        format!("{}\n", self.finish())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn header() -> Option<pb::ResponseHeader> {
+        Some(pb::ResponseHeader { cluster_id: 14841639068965178418, member_id: 7, revision: 4, raft_term: 2 })
+    }
+
+    #[test]
+    fn go_strings() {
+        assert_eq!(go_string("a\"b\\c\n<&>\u{1}\u{2028}é"), r#""a\"b\\c\n\u003c\u0026\u003e\u0001\u2028é""#);
+    }
+
+    #[test]
+    fn matches_etcdctl() {
+        let kv = mvccpb::KeyValue {
+            key: b"foo".to_vec(),
+            create_revision: 2,
+            mod_revision: 4,
+            version: 3,
+            value: b"q".to_vec(),
+            lease: 0,
+        };
+        let resp = pb::RangeResponse { header: header(), kvs: vec![kv.clone()], more: false, count: 1 };
+        assert_eq!(
+            range(&resp),
+            "{\"header\":{\"cluster_id\":14841639068965178418,\"member_id\":7,\"revision\":4,\"raft_term\":2},\
+             \"kvs\":[{\"key\":\"Zm9v\",\"create_revision\":2,\"mod_revision\":4,\"version\":3,\"value\":\"cQ==\"}],\
+             \"count\":1}\n"
+        );
+        let empty = pb::RangeResponse { header: header(), ..Default::default() };
+        assert_eq!(
+            range(&empty),
+            "{\"header\":{\"cluster_id\":14841639068965178418,\"member_id\":7,\"revision\":4,\"raft_term\":2}}\n"
+        );
+        let del = pb::DeleteRangeResponse { header: None, deleted: 1, prev_kvs: vec![kv] };
+        assert_eq!(
+            delete_range(&del),
+            "{\"deleted\":1,\"prev_kvs\":[{\"key\":\"Zm9v\",\"create_revision\":2,\"mod_revision\":4,\
+             \"version\":3,\"value\":\"cQ==\"}]}\n"
+        );
+    }
+}
