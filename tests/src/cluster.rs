@@ -8,7 +8,7 @@ use anyhow::{bail, Context};
 
 use crate::cluster_member::{ClusterMember, MemberStatus};
 use crate::etcdctl::{self, CtlOutput};
-use crate::process::free_ports;
+use crate::process::{self, free_ports};
 use crate::server::ServerKind;
 
 /// How long a cluster may take to elect a leader, at bootstrap or after a failure. Generous: a
@@ -82,7 +82,7 @@ impl Cluster {
             let initial_cluster = names
                 .iter()
                 .zip(ports.chunks(2))
-                .map(|(name, pair)| format!("{name}=http://127.0.0.1:{}", pair[1]))
+                .map(|(name, pair)| format!("{name}={}", process::url(pair[1])))
                 .collect::<Vec<_>>()
                 .join(",");
             let mut cluster =
@@ -226,7 +226,7 @@ impl Cluster {
     pub async fn add_member(&mut self, learner: bool) -> anyhow::Result<usize> {
         let name = format!("n{}", self.members.len() + 1);
         let ports = free_ports(2)?;
-        let peer_url = format!("--peer-urls=http://127.0.0.1:{}", ports[1]);
+        let peer_url = format!("--peer-urls={}", process::url(ports[1]));
         let mut args = vec!["member", "add", name.as_str(), peer_url.as_str()];
         if learner {
             args.push("--learner");

@@ -11,7 +11,7 @@ use etcd_client::{Client, ConnectOptions, GetOptions, KeyValue};
 use tempfile::TempDir;
 
 use crate::etcdctl::{self, CtlOutput};
-use crate::process::{open_append, send_signal, tail};
+use crate::process::{self, open_append, send_signal, tail};
 use crate::server::ServerKind;
 
 /// How long a (re)started member may take to answer Status.
@@ -108,17 +108,17 @@ impl ClusterMember {
 
     /// `127.0.0.1:<client port>`, as etcdctl's `--endpoints` takes it.
     pub fn endpoint(&self) -> String {
-        format!("127.0.0.1:{}", self.client_port)
+        process::endpoint(self.client_port)
     }
 
     /// `http://127.0.0.1:<client port>`.
     pub fn client_url(&self) -> String {
-        format!("http://127.0.0.1:{}", self.client_port)
+        process::url(self.client_port)
     }
 
     /// `http://127.0.0.1:<peer port>`.
     pub fn peer_url(&self) -> String {
-        format!("http://127.0.0.1:{}", self.peer_port)
+        process::url(self.peer_port)
     }
 
     /// The data dir, kept across restarts.

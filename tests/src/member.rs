@@ -9,7 +9,7 @@ use etcd_client::{Client, ConnectOptions};
 use tempfile::TempDir;
 
 use crate::etcdctl::{self, CtlOutput};
-use crate::process::{free_port, open_append, tail};
+use crate::process::{self, free_port, open_append, tail};
 use crate::server::ServerKind;
 
 /// How long a member may take to start serving requests.
@@ -83,17 +83,17 @@ impl Member {
 
     /// `127.0.0.1:<client port>`, as etcdctl's `--endpoints` takes it.
     pub fn endpoint(&self) -> String {
-        format!("127.0.0.1:{}", self.client_port)
+        process::endpoint(self.client_port)
     }
 
     /// `http://127.0.0.1:<client port>`.
     pub fn client_url(&self) -> String {
-        format!("http://127.0.0.1:{}", self.client_port)
+        process::url(self.client_port)
     }
 
     /// `http://127.0.0.1:<peer port>`.
     pub fn peer_url(&self) -> String {
-        format!("http://127.0.0.1:{}", self.peer_port)
+        process::url(self.peer_port)
     }
 
     /// The member's name (`--name`).

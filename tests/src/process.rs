@@ -1,4 +1,5 @@
-//! Plumbing shared by [`crate::Member`] and [`crate::ClusterMember`]: free ports, log files, signals.
+//! Plumbing shared by [`crate::Member`] and [`crate::ClusterMember`]: free ports, addresses, log files,
+//! signals.
 
 use std::fs::{File, OpenOptions};
 use std::net::TcpListener;
@@ -38,4 +39,14 @@ pub(crate) fn send_signal(pid: u32, signal: &str) -> anyhow::Result<()> {
         bail!("kill -s {signal} {pid} failed: {status}");
     }
     Ok(())
+}
+
+/// `127.0.0.1:<port>`, as etcdctl's `--endpoints` takes it.
+pub fn endpoint(port: u16) -> String {
+    format!("127.0.0.1:{port}")
+}
+
+/// `http://127.0.0.1:<port>`, as the members' URL flags take it.
+pub fn url(port: u16) -> String {
+    format!("http://127.0.0.1:{port}")
 }
