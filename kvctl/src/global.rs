@@ -3,6 +3,9 @@
 use std::time::Duration;
 
 use clap::{Args, ValueEnum};
+use tonic::metadata::{Ascii, MetadataValue};
+use tonic::service::interceptor::InterceptedService;
+use tonic::service::Interceptor;
 use tonic::transport::{Channel, Endpoint};
 
 use crate::error::{CliError, EXIT_BAD_CONNECTION};
@@ -39,7 +42,35 @@ pub struct GlobalFlags {
     pub hex: bool,
 }
 
+/// A connection as every command uses it: the channel plus the auth token (when `--user` is given)
+/// in each request's `token` metadata, as clientv3 sends it.
+pub type Conn = InterceptedService<Channel, AuthToken>;
+
+/// Adds the `token` metadata to every request once the client has authenticated.
+#[derive(Debug, Clone, Default)]
+pub struct AuthToken(Option<MetadataValue<Ascii>>);
+
+impl Interceptor for AuthToken {
+    fn call(&mut self, mut request: tonic::Request<()>) -> Result<tonic::Request<()>, tonic::Status> {
+        if let Some(token) = &self.0 {
+            request.metadata_mut().insert("token", token.clone());
+        }
+        Ok(request)
+    }
+}
+
 impl GlobalFlags {
+    /// Connects to the cluster (the first endpoint that answers) as every command does.
+    pub async fn connect(&self) -> Result<Conn, CliError> {
+        Ok(InterceptedService::new(self.channel().await?, AuthToken::default()))
+    }
+
+    /// Connects to `endpoint` alone, for the commands that ask each endpoint in turn
+    /// (`endpoint status`, `defrag`, …).
+    pub async fn connect_to(&self, endpoint: &str) -> Result<Conn, CliError> {
+        GlobalFlags { endpoints: vec![endpoint.to_string()], ..self.clone() }.connect().await
+    }
+
     /// Connects to the first endpoint that answers within `--dial-timeout`.
     pub async fn channel(&self) -> Result<Channel, CliError> {
         let mut last_err = String::from("no endpoints given");

@@ -2,8 +2,8 @@
 
 use clap::Subcommand;
 use proto::etcdserverpb as pb;
-use tonic::transport::Channel;
 
+use super::maintenance_client_to;
 use crate::error::CliError;
 use crate::global::GlobalFlags;
 use crate::printer::Printer;
@@ -27,7 +27,7 @@ impl EndpointCommand {
             EndpointCommand::Status => {
                 let mut statuses = Vec::new();
                 for endpoint in &global.endpoints {
-                    let mut client = maintenance_client(global, endpoint).await?;
+                    let mut client = maintenance_client_to(global, endpoint).await?;
                     statuses.push((endpoint.clone(), client.status(pb::StatusRequest {}).await?.into_inner()));
                 }
                 printer.endpoint_status(&statuses)
@@ -35,7 +35,7 @@ impl EndpointCommand {
             EndpointCommand::Hashkv { rev } => {
                 let mut hashes = Vec::new();
                 for endpoint in &global.endpoints {
-                    let mut client = maintenance_client(global, endpoint).await?;
+                    let mut client = maintenance_client_to(global, endpoint).await?;
                     let resp = client.hash_kv(pb::HashKvRequest { revision: *rev }).await?.into_inner();
                     hashes.push((endpoint.clone(), resp));
                 }
@@ -43,12 +43,4 @@ impl EndpointCommand {
             }
         }
     }
-}
-
-async fn maintenance_client(
-    global: &GlobalFlags,
-    endpoint: &str,
-) -> Result<pb::maintenance_client::MaintenanceClient<Channel>, CliError> {
-    let single = GlobalFlags { endpoints: vec![endpoint.to_string()], ..global.clone() };
-    Ok(pb::maintenance_client::MaintenanceClient::new(single.channel().await?))
 }

@@ -3,6 +3,7 @@
 use clap::Subcommand;
 use proto::etcdserverpb as pb;
 
+use super::cluster_client;
 use crate::error::CliError;
 use crate::global::GlobalFlags;
 use crate::printer::Printer;
@@ -17,7 +18,7 @@ impl MemberCommand {
     pub async fn run(&self, global: &GlobalFlags) -> Result<String, CliError> {
         match self {
             MemberCommand::List => {
-                let mut client = pb::cluster_client::ClusterClient::new(global.channel().await?);
+                let mut client = cluster_client(global).await?;
                 let resp = client.member_list(pb::MemberListRequest { linearizable: false }).await?.into_inner();
                 Printer { format: global.write_out, hex: global.hex, value_only: false }.member_list(&resp)
             }

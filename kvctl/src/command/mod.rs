@@ -1,19 +1,29 @@
 //! The command line: global flags plus one subcommand per etcdctl verb, one file each.
 
+pub mod alarm;
 pub mod compaction;
+pub mod completion;
+pub mod defrag;
 pub mod del;
+pub mod elect;
 pub mod endpoint;
 pub mod get;
+pub mod lease;
+pub mod lock;
+pub mod make_mirror;
 pub mod member;
+pub mod move_leader;
 pub mod put;
+pub mod snapshot;
+pub mod txn;
 pub mod version;
+pub mod watch;
 
 use clap::{Parser, Subcommand};
 use proto::etcdserverpb as pb;
-use tonic::transport::Channel;
 
 use crate::error::CliError;
-use crate::global::GlobalFlags;
+use crate::global::{Conn, GlobalFlags};
 
 #[derive(Debug, Parser)]
 #[command(name = "kvctl", about = "A simple command line client for etcd3.", disable_version_flag = true)]
@@ -33,16 +43,41 @@ pub enum Command {
     Put(put::PutCommand),
     /// Removes the specified key or range of keys [key, range_end)
     Del(del::DelCommand),
+    /// Txn processes all the requests in one transaction
+    Txn(txn::TxnCommand),
     /// Compacts the event history in etcd
     Compaction(compaction::CompactionCommand),
+    /// Watches events stream on keys or prefixes
+    Watch(watch::WatchCommand),
+    /// Lease related commands
+    #[command(subcommand)]
+    Lease(lease::LeaseCommand),
     /// Membership related commands
     #[command(subcommand)]
     Member(member::MemberCommand),
     /// Endpoint related commands
     #[command(subcommand)]
     Endpoint(endpoint::EndpointCommand),
+    /// Transfers leadership to another etcd cluster member.
+    MoveLeader(move_leader::MoveLeaderCommand),
+    /// Alarm related commands
+    #[command(subcommand)]
+    Alarm(alarm::AlarmCommand),
+    /// Defragments the storage of the etcd members with given endpoints
+    Defrag(defrag::DefragCommand),
+    /// Manages etcd node snapshots
+    #[command(subcommand)]
+    Snapshot(snapshot::SnapshotCommand),
+    /// Acquires a named lock
+    Lock(lock::LockCommand),
+    /// Observes and participates in leader election
+    Elect(elect::ElectCommand),
+    /// Makes a mirror at the destination etcd cluster
+    MakeMirror(make_mirror::MakeMirrorCommand),
     /// Prints the version of etcdctl
     Version,
+    /// Generate completion script
+    Completion(completion::CompletionCommand),
 }
 
 impl Cli {
@@ -53,16 +88,47 @@ impl Cli {
             Command::Get(cmd) => cmd.run(global).await,
             Command::Put(cmd) => cmd.run(global).await,
             Command::Del(cmd) => cmd.run(global).await,
+            Command::Txn(cmd) => cmd.run(global).await,
             Command::Compaction(cmd) => cmd.run(global).await,
+            Command::Watch(cmd) => cmd.run(global).await,
+            Command::Lease(cmd) => cmd.run(global).await,
             Command::Member(cmd) => cmd.run(global).await,
             Command::Endpoint(cmd) => cmd.run(global).await,
+            Command::MoveLeader(cmd) => cmd.run(global).await,
+            Command::Alarm(cmd) => cmd.run(global).await,
+            Command::Defrag(cmd) => cmd.run(global).await,
+            Command::Snapshot(cmd) => cmd.run(global).await,
+            Command::Lock(cmd) => cmd.run(global).await,
+            Command::Elect(cmd) => cmd.run(global).await,
+            Command::MakeMirror(cmd) => cmd.run(global).await,
             Command::Version => Ok(version::output()),
+            Command::Completion(cmd) => cmd.run(global).await,
         }
     }
 }
 
-pub(crate) async fn kv_client(global: &GlobalFlags) -> Result<pb::kv_client::KvClient<Channel>, CliError> {
-    Ok(pb::kv_client::KvClient::new(global.channel().await?))
+pub(crate) async fn kv_client(global: &GlobalFlags) -> Result<pb::kv_client::KvClient<Conn>, CliError> {
+    Ok(pb::kv_client::KvClient::new(global.connect().await?))
+}
+
+pub(crate) async fn lease_client(global: &GlobalFlags) -> Result<pb::lease_client::LeaseClient<Conn>, CliError> {
+    Ok(pb::lease_client::LeaseClient::new(global.connect().await?))
+}
+
+pub(crate) async fn watch_client(global: &GlobalFlags) -> Result<pb::watch_client::WatchClient<Conn>, CliError> {
+    Ok(pb::watch_client::WatchClient::new(global.connect().await?))
+}
+
+pub(crate) async fn cluster_client(global: &GlobalFlags) -> Result<pb::cluster_client::ClusterClient<Conn>, CliError> {
+    Ok(pb::cluster_client::ClusterClient::new(global.connect().await?))
+}
+
+/// A Maintenance client for one endpoint (the commands that ask each endpoint in turn).
+pub(crate) async fn maintenance_client_to(
+    global: &GlobalFlags,
+    endpoint: &str,
+) -> Result<pb::maintenance_client::MaintenanceClient<Conn>, CliError> {
+    Ok(pb::maintenance_client::MaintenanceClient::new(global.connect_to(endpoint).await?))
 }
 
 /// clientv3's `getPrefix`: the smallest key greater than every key starting with `key`; `\0`
