@@ -5,17 +5,24 @@
 //!
 //! # Layout
 //!
-//! - [`global`]: etcdctl's global flags (`--endpoints`, timeouts, `-w`, `--hex`) and dialing.
+//! - [`args`]: clap parsing with cobra's edges (Go bool values, cobra's error texts and exit codes).
+//! - [`global`]: etcdctl's global flags (`--endpoints`, timeouts, keepalive, `-w`, `--hex`, TLS,
+//!   `--user`), each also read from `ETCDCTL_<FLAG>`, and dialing.
+//! - [`transport`]: TLS as clientv3 sets it up (`--cacert/--cert/--key`, `https://`, skip-verify).
+//! - [`auth`]: `--user` login (Authenticate, then the token on every request).
 //! - [`error`]: [`CliError`], an exit code plus the message etcdctl would print after `Error: `.
 //! - [`command`]: one file per verb (`get`, `put`, `del`, `compaction`, `member list`,
 //!   `endpoint status|hashkv`, `version`); each builds the request exactly as etcdctl's clientv3
 //!   would, sends it and hands the response to a printer.
 //! - [`printer`]: one module per output format (`simple`, `json`, `fields`, `table`).
 
+pub mod args;
+pub mod auth;
 pub mod command;
 pub mod error;
 pub mod global;
 pub mod printer;
+pub mod transport;
 
 pub use command::Cli;
 pub use error::CliError;

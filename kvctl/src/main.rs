@@ -3,11 +3,19 @@
 use std::io::Write;
 use std::process::ExitCode;
 
-use clap::Parser;
-
 #[tokio::main(flavor = "current_thread")]
 async fn main() -> ExitCode {
-    let cli = kvctl::Cli::parse();
+    let cli = match kvctl::args::parse(std::env::args_os().collect()) {
+        Ok(cli) => cli,
+        Err(failure) => {
+            eprint!("{}", failure.stderr.lines().next().map(|l| format!("{l}\n")).unwrap_or_default());
+            let mut stdout = std::io::stdout().lock();
+            let _ = stdout.write_all(failure.stdout.as_bytes());
+            let _ = stdout.flush();
+            eprint!("{}", failure.stderr.lines().skip(1).map(|l| format!("{l}\n")).collect::<String>());
+            return ExitCode::from(failure.code);
+        }
+    };
     match cli.run().await {
         Ok(out) => {
             let mut stdout = std::io::stdout().lock();

@@ -84,6 +84,7 @@ impl Cli {
     /// Runs the command and returns what goes to stdout.
     pub async fn run(&self) -> Result<String, CliError> {
         let global = &self.global;
+        global.validate()?;
         match &self.command {
             Command::Get(cmd) => cmd.run(global).await,
             Command::Put(cmd) => cmd.run(global).await,
