@@ -6,6 +6,7 @@
 //!   `invalid argument "x" for "--limit" flag: strconv.ParseInt: ...`, `unknown command "foo" for
 //!   "etcdctl"`), with the usage on stdout between two `Error:` lines, and exit 1;
 //! - an output format etcdctl does not know is `unsupported output format`, exit 4;
+//! - a flag's value may start with `-` (`--rev -1`), as pflag takes the next word whatever it is;
 //! - a group verb without its subcommand (`kvctl lease`) prints its help and exits 0.
 
 use std::collections::HashSet;
@@ -39,7 +40,7 @@ impl ParseFailure {
 
 /// Parses `argv` (program name first) into a [`Cli`].
 pub fn parse(argv: Vec<OsString>) -> Result<Cli, ParseFailure> {
-    let mut command = Cli::command();
+    let mut command = pflag_values(Cli::command());
     let argv = match rewrite_bool_values(&command, argv) {
         Ok(argv) => argv,
         Err((flag, value, reason)) => {
@@ -50,6 +51,22 @@ pub fn parse(argv: Vec<OsString>) -> Result<Cli, ParseFailure> {
     let path = subcommand_path(&command, &argv);
     let matches = command.try_get_matches_from_mut(argv.clone()).map_err(|err| failure(&mut command, &path, err))?;
     Cli::from_arg_matches(&matches).map_err(|err| failure(&mut command, &path, err))
+}
+
+/// pflag gives a flag that takes a value the next word, whatever it looks like (`--rev -1`,
+/// `--prefix-of -x`); clap would read a leading `-` as another flag.
+fn pflag_values(command: Command) -> Command {
+    command
+        .mut_args(|arg| {
+            let named = arg.get_long().is_some() || arg.get_short().is_some();
+            let takes_value = matches!(arg.get_action(), ArgAction::Set | ArgAction::Append);
+            if named && takes_value {
+                arg.allow_hyphen_values(true)
+            } else {
+                arg
+            }
+        })
+        .mut_subcommands(pflag_values)
 }
 
 /// Long names of every flag that takes no value (clap's `SetTrue`), in any subcommand.

@@ -7,6 +7,7 @@ pub const EXIT_ERROR: u8 = 1;
 pub const EXIT_BAD_CONNECTION: u8 = 2;
 pub const EXIT_INVALID_INPUT: u8 = 3;
 pub const EXIT_BAD_FEATURE: u8 = 4;
+pub const EXIT_INTERRUPTED: u8 = 5;
 pub const EXIT_BAD_ARGS: u8 = 128;
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -26,6 +27,17 @@ impl CliError {
 
     pub fn bad_feature(message: impl Into<String>) -> Self {
         Self::new(EXIT_BAD_FEATURE, message)
+    }
+
+    /// An exit without an `Error:` line: etcdctl's bare `os.Exit(code)` after it already printed
+    /// what went wrong (`endpoint status` and `defrag` print one line per failed endpoint).
+    pub fn silent(code: u8) -> Self {
+        Self::new(code, "")
+    }
+
+    /// Whether `main` prints no `Error:` line for this error (see [`CliError::silent`]).
+    pub fn is_silent(&self) -> bool {
+        self.message.is_empty()
     }
 }
 

@@ -25,7 +25,9 @@ async fn main() -> ExitCode {
             ExitCode::SUCCESS
         }
         Err(err) => {
-            eprintln!("Error: {}", err.message);
+            if !err.is_silent() {
+                eprintln!("Error: {}", err.message);
+            }
             ExitCode::from(err.code)
         }
     }

@@ -21,6 +21,10 @@ const SCRIPT: &[&[&str]] = &[
     &["get", "k", "--prefix", "--print-value-only"],
     &["get", "k", "--prefix", "--limit", "2", "-w", "json"],
     &["get", "k1", "k3"],
+    // etcdctl reads only the first two arguments of get.
+    &["get", "k1", "k3", "k9"],
+    &["get", "k1", "k3", "--prefix", "--order=x"],
+    &["get", "k1", "--rev", "-1"],
     &["get", "k", "--from-key"],
     &["get", "foo", "--rev", "2"],
     &["get", "k", "--prefix", "--order", "DESCEND", "--sort-by", "MODIFY"],

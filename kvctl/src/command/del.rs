@@ -3,7 +3,7 @@
 use clap::Args;
 use proto::etcdserverpb as pb;
 
-use super::{key_range, kv_client};
+use super::{key_range, kv_client, ExtraArgs};
 use crate::error::CliError;
 use crate::global::GlobalFlags;
 use crate::printer::Printer;
@@ -25,7 +25,7 @@ pub struct DelCommand {
 
 impl DelCommand {
     pub fn request(&self) -> Result<pb::DeleteRangeRequest, CliError> {
-        let (key, range_end) = key_range("del", &self.args, self.prefix, self.from_key)?;
+        let (key, range_end) = key_range("del", &self.args, ExtraArgs::Refused, self.prefix, self.from_key)?;
         Ok(pb::DeleteRangeRequest { key, range_end, prev_kv: self.prev_kv })
     }
 

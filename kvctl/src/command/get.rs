@@ -3,7 +3,7 @@
 use clap::Args;
 use proto::etcdserverpb as pb;
 
-use super::{key_range, kv_client};
+use super::{key_range, kv_client, ExtraArgs};
 use crate::error::CliError;
 use crate::global::{GlobalFlags, WriteOut};
 use crate::printer::Printer;
@@ -57,6 +57,8 @@ impl GetCommand {
             "l" => false,
             other => return Err(CliError::bad_feature(format!("unknown consistency flag {other:?}"))),
         };
+        // etcdctl checks the arguments' count before the sort flags.
+        let (key, range_end) = key_range("get", &self.args, ExtraArgs::Ignored, self.prefix, self.from_key)?;
         use pb::range_request::{SortOrder, SortTarget};
         let mut sort_order = match self.order.to_uppercase().as_str() {
             "ASCEND" => SortOrder::Ascend,
@@ -76,7 +78,6 @@ impl GetCommand {
         if sort_target == SortTarget::Key && sort_order == SortOrder::Ascend {
             sort_order = SortOrder::None;
         }
-        let (key, range_end) = key_range("get", &self.args, self.prefix, self.from_key)?;
         Ok(pb::RangeRequest {
             key,
             range_end,

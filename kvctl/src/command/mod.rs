@@ -124,14 +124,6 @@ pub(crate) async fn cluster_client(global: &GlobalFlags) -> Result<pb::cluster_c
     Ok(pb::cluster_client::ClusterClient::new(global.connect().await?))
 }
 
-/// A Maintenance client for one endpoint (the commands that ask each endpoint in turn).
-pub(crate) async fn maintenance_client_to(
-    global: &GlobalFlags,
-    endpoint: &str,
-) -> Result<pb::maintenance_client::MaintenanceClient<Conn>, CliError> {
-    Ok(pb::maintenance_client::MaintenanceClient::new(global.connect_to(endpoint).await?))
-}
-
 /// clientv3's `getPrefix`: the smallest key greater than every key starting with `key`; `\0`
 /// ("to the end of the keyspace") when no such key exists.
 pub(crate) fn prefix_end(key: &[u8]) -> Vec<u8> {
@@ -145,14 +137,23 @@ pub(crate) fn prefix_end(key: &[u8]) -> Vec<u8> {
     vec![0]
 }
 
+/// How many positional arguments a key-range verb takes: `del` refuses a third, `get` ignores it
+/// (etcdctl's `getGetOp` never looks past `args[1]`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum ExtraArgs {
+    Refused,
+    Ignored,
+}
+
 /// The `[key, range_end)` a get or del covers, applying `--prefix`/`--from-key` as clientv3 does.
 pub(crate) fn key_range(
     verb: &str,
     args: &[String],
+    extra: ExtraArgs,
     prefix: bool,
     from_key: bool,
 ) -> Result<(Vec<u8>, Vec<u8>), CliError> {
-    if args.is_empty() || args.len() > 2 {
+    if args.is_empty() || (extra == ExtraArgs::Refused && args.len() > 2) {
         return Err(CliError::bad_args(format!(
             "{verb} command needs one argument as key and an optional argument as range_end"
         )));
@@ -165,7 +166,7 @@ pub(crate) fn key_range(
     if let Some(end) = args.get(1) {
         if prefix || from_key {
             return Err(CliError::bad_args(
-                "too many arguments, only accept one argument when `--prefix` or `--from-key` is set.",
+                "too many arguments, only accept one argument when `--prefix` or `--from-key` is set",
             ));
         }
         range_end = end.as_bytes().to_vec();
@@ -202,14 +203,19 @@ mod tests {
     #[test]
     fn key_ranges() {
         let args = |a: &[&str]| a.iter().map(|s| s.to_string()).collect::<Vec<_>>();
-        assert_eq!(key_range("get", &args(&["a"]), false, false).ok(), Some((b"a".to_vec(), vec![])));
-        assert_eq!(key_range("get", &args(&["a", "c"]), false, false).ok(), Some((b"a".to_vec(), b"c".to_vec())));
-        assert_eq!(key_range("get", &args(&["a"]), true, false).ok(), Some((b"a".to_vec(), b"b".to_vec())));
-        assert_eq!(key_range("get", &args(&[""]), true, false).ok(), Some((vec![0], vec![0])));
-        assert_eq!(key_range("get", &args(&["a"]), false, true).ok(), Some((b"a".to_vec(), vec![0])));
-        assert_eq!(key_range("get", &args(&[]), false, false).map_err(|e| e.code), Err(128));
-        assert_eq!(key_range("get", &args(&["a", "b"]), true, false).map_err(|e| e.code), Err(128));
-        assert_eq!(key_range("del", &args(&["a"]), true, true).map_err(|e| e.code), Err(128));
+        assert_eq!(key_range("get", &args(&["a"]), ExtraArgs::Ignored, false, false).ok(), Some((b"a".to_vec(), vec![])));
+        assert_eq!(key_range("get", &args(&["a", "c"]), ExtraArgs::Ignored, false, false).ok(), Some((b"a".to_vec(), b"c".to_vec())));
+        assert_eq!(key_range("get", &args(&["a"]), ExtraArgs::Ignored, true, false).ok(), Some((b"a".to_vec(), b"b".to_vec())));
+        assert_eq!(key_range("get", &args(&[""]), ExtraArgs::Ignored, true, false).ok(), Some((vec![0], vec![0])));
+        assert_eq!(key_range("get", &args(&["a"]), ExtraArgs::Ignored, false, true).ok(), Some((b"a".to_vec(), vec![0])));
+        assert_eq!(key_range("get", &args(&[]), ExtraArgs::Ignored, false, false).map_err(|e| e.code), Err(128));
+        assert_eq!(key_range("get", &args(&["a", "b"]), ExtraArgs::Ignored, true, false).map_err(|e| e.code), Err(128));
+        assert_eq!(key_range("del", &args(&["a"]), ExtraArgs::Refused, true, true).map_err(|e| e.code), Err(128));
+        assert_eq!(key_range("del", &args(&["a", "b", "c"]), ExtraArgs::Refused, false, false).map_err(|e| e.code), Err(128));
+        assert_eq!(
+            key_range("get", &args(&["a", "b", "c"]), ExtraArgs::Ignored, false, false).ok(),
+            Some((b"a".to_vec(), b"b".to_vec()))
+        );
     }
 
     #[test]

@@ -39,20 +39,7 @@ pub fn delete_range(resp: &pb::DeleteRangeResponse) -> String {
 pub fn member_list(resp: &pb::MemberListResponse) -> String {
     let mut obj = Object::default();
     header(&mut obj, resp.header.as_ref());
-    let members = resp
-        .members
-        .iter()
-        .map(|m| {
-            let mut member = Object::default();
-            member.uint("ID", m.id);
-            member.string("name", &m.name);
-            member.strings("peerURLs", &m.peer_ur_ls);
-            member.strings("clientURLs", &m.client_ur_ls);
-            member.bool("isLearner", m.is_learner);
-            member.finish()
-        })
-        .collect();
-    obj.list("members", members);
+    obj.list("members", resp.members.iter().map(member).collect());
     obj.finish_line()
 }
 
@@ -91,6 +78,169 @@ pub fn endpoint_hashkv(hashes: &[(String, pb::HashKvResponse)]) -> String {
         })
         .collect::<Vec<_>>();
     format!("[{}]\n", items.join(","))
+}
+
+/// `txn`: each `ResponseOp` is `{"Response":…}` where the oneof's Go wrapper struct shows up under
+/// its Go field name (`{"ResponsePut":{…}}`), or `null` when unset.
+pub fn txn(resp: &pb::TxnResponse) -> String {
+    format!("{}\n", txn_object(resp))
+}
+
+fn txn_object(resp: &pb::TxnResponse) -> String {
+    use pb::response_op::Response;
+    let mut obj = Object::default();
+    header(&mut obj, resp.header.as_ref());
+    obj.bool("succeeded", resp.succeeded);
+    let ops = resp
+        .responses
+        .iter()
+        .map(|op| {
+            let inner = match &op.response {
+                Some(Response::ResponseRange(r)) => format!("{{\"ResponseRange\":{}}}", range(r).trim_end()),
+                Some(Response::ResponsePut(r)) => format!("{{\"ResponsePut\":{}}}", put(r).trim_end()),
+                Some(Response::ResponseDeleteRange(r)) => {
+                    format!("{{\"ResponseDeleteRange\":{}}}", delete_range(r).trim_end())
+                }
+                Some(Response::ResponseTxn(r)) => format!("{{\"ResponseTxn\":{}}}", txn_object(r)),
+                None => "null".to_string(),
+            };
+            format!("{{\"Response\":{inner}}}")
+        })
+        .collect();
+    obj.list("responses", ops);
+    obj.finish()
+}
+
+/// clientv3's `LeaseGrantResponse` embeds `*pb.ResponseHeader` (its fields inline) and has no
+/// `omitempty` on `ID`, `TTL` and `Error`.
+pub fn lease_grant(resp: &pb::LeaseGrantResponse) -> String {
+    let mut obj = Object::default();
+    inline_header(&mut obj, resp.header.as_ref());
+    obj.raw("ID", resp.id.to_string());
+    obj.raw("TTL", resp.ttl.to_string());
+    obj.raw("Error", go_string(&resp.error));
+    obj.finish_line()
+}
+
+/// `LeaseRevokeResponse` is the protobuf struct itself.
+pub fn lease_revoke(resp: &pb::LeaseRevokeResponse) -> String {
+    let mut obj = Object::default();
+    header(&mut obj, resp.header.as_ref());
+    obj.finish_line()
+}
+
+pub fn lease_keep_alive(resp: &pb::LeaseKeepAliveResponse) -> String {
+    let mut obj = Object::default();
+    inline_header(&mut obj, resp.header.as_ref());
+    obj.raw("ID", resp.id.to_string());
+    obj.raw("TTL", resp.ttl.to_string());
+    obj.finish_line()
+}
+
+/// clientv3's `LeaseTimeToLiveResponse`: lower-case tags, `granted-ttl`, and `keys` is `null` when
+/// the server sent none.
+pub fn lease_time_to_live(resp: &pb::LeaseTimeToLiveResponse) -> String {
+    let mut obj = Object::default();
+    inline_header(&mut obj, resp.header.as_ref());
+    obj.raw("id", resp.id.to_string());
+    obj.raw("ttl", resp.ttl.to_string());
+    obj.raw("granted-ttl", resp.granted_ttl.to_string());
+    let keys = if resp.keys.is_empty() {
+        "null".to_string()
+    } else {
+        let keys: Vec<_> = resp.keys.iter().map(|k| format!("\"{}\"", STANDARD.encode(k))).collect();
+        format!("[{}]", keys.join(","))
+    };
+    obj.raw("keys", keys);
+    obj.finish_line()
+}
+
+/// clientv3's `LeaseLeasesResponse`: `leases` is always a list (`[]` when empty).
+pub fn lease_leases(resp: &pb::LeaseLeasesResponse) -> String {
+    let mut obj = Object::default();
+    inline_header(&mut obj, resp.header.as_ref());
+    let leases: Vec<_> = resp.leases.iter().map(|l| format!("{{\"id\":{}}}", l.id)).collect();
+    obj.raw("leases", format!("[{}]", leases.join(",")));
+    obj.finish_line()
+}
+
+/// An embedded `*pb.ResponseHeader`: its fields at the top level, nothing when nil.
+fn inline_header(obj: &mut Object, header: Option<&pb::ResponseHeader>) {
+    let Some(h) = header else { return };
+    obj.uint("cluster_id", h.cluster_id);
+    obj.uint("member_id", h.member_id);
+    obj.int("revision", h.revision);
+    obj.uint("raft_term", h.raft_term);
+}
+
+/// `member add`: the new member, then the whole membership after the change.
+pub fn member_add(resp: &pb::MemberAddResponse) -> String {
+    let mut obj = Object::default();
+    header(&mut obj, resp.header.as_ref());
+    if let Some(m) = &resp.member {
+        obj.raw("member", member(m));
+    }
+    obj.list("members", resp.members.iter().map(member).collect());
+    obj.finish_line()
+}
+
+/// `member remove|update|promote`: their responses all hold the header and the membership after
+/// the change.
+pub fn member_change(response_header: Option<&pb::ResponseHeader>, members: &[pb::Member]) -> String {
+    let mut obj = Object::default();
+    header(&mut obj, response_header);
+    obj.list("members", members.iter().map(member).collect());
+    obj.finish_line()
+}
+
+/// `alarm list|disarm`: the alarm type is an enum, so Go writes its number.
+pub fn alarm(resp: &pb::AlarmResponse) -> String {
+    let mut obj = Object::default();
+    header(&mut obj, resp.header.as_ref());
+    let alarms = resp
+        .alarms
+        .iter()
+        .map(|a| {
+            let mut alarm = Object::default();
+            alarm.uint("memberID", a.member_id);
+            alarm.int("alarm", i64::from(a.alarm));
+            alarm.finish()
+        })
+        .collect();
+    obj.list("alarms", alarms);
+    obj.finish_line()
+}
+
+pub fn move_leader(resp: &pb::MoveLeaderResponse) -> String {
+    let mut obj = Object::default();
+    header(&mut obj, resp.header.as_ref());
+    obj.finish_line()
+}
+
+/// `endpoint health`: etcdctl's own `epHealth` struct, whose only `omitempty` field is `error`.
+pub fn endpoint_health(list: &[super::EndpointHealth]) -> String {
+    let items = list
+        .iter()
+        .map(|h| {
+            let mut obj = Object::default();
+            obj.raw("endpoint", go_string(&h.endpoint));
+            obj.raw("health", h.health.to_string());
+            obj.raw("took", go_string(&h.took));
+            obj.string("error", &h.error);
+            obj.finish()
+        })
+        .collect::<Vec<_>>();
+    format!("[{}]\n", items.join(","))
+}
+
+fn member(m: &pb::Member) -> String {
+    let mut member = Object::default();
+    member.uint("ID", m.id);
+    member.string("name", &m.name);
+    member.strings("peerURLs", &m.peer_ur_ls);
+    member.strings("clientURLs", &m.client_ur_ls);
+    member.bool("isLearner", m.is_learner);
+    member.finish()
 }
 
 /// A string as Go's `encoding/json` writes it: HTML-safe (`<`, `>`, `&` escaped) and with

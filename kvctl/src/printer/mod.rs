@@ -10,6 +10,17 @@ use proto::etcdserverpb as pb;
 use crate::error::CliError;
 use crate::global::WriteOut;
 
+/// One endpoint's answer to `endpoint health` (etcdctl's `epHealth`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct EndpointHealth {
+    pub endpoint: String,
+    pub health: bool,
+    /// How long the probe took, as Go prints a `time.Duration`.
+    pub took: String,
+    /// Empty when healthy.
+    pub error: String,
+}
+
 #[derive(Debug, Clone, Copy)]
 pub struct Printer {
     pub format: WriteOut,
@@ -47,6 +58,62 @@ impl Printer {
         }
     }
 
+    pub fn txn(&self, resp: &pb::TxnResponse) -> Result<String, CliError> {
+        match self.format {
+            WriteOut::Simple => Ok(simple::txn(resp, self.hex)),
+            WriteOut::Json => Ok(json::txn(resp)),
+            WriteOut::Fields => Ok(fields::txn(resp)),
+            other => Err(unsupported(other)),
+        }
+    }
+
+    pub fn lease_grant(&self, resp: &pb::LeaseGrantResponse) -> Result<String, CliError> {
+        match self.format {
+            WriteOut::Simple => Ok(simple::lease_grant(resp)),
+            WriteOut::Json => Ok(json::lease_grant(resp)),
+            WriteOut::Fields => Ok(fields::lease_grant(resp)),
+            other => Err(unsupported(other)),
+        }
+    }
+
+    /// `id` is the lease the user asked to revoke; the simple format prints it.
+    pub fn lease_revoke(&self, id: i64, resp: &pb::LeaseRevokeResponse) -> Result<String, CliError> {
+        match self.format {
+            WriteOut::Simple => Ok(simple::lease_revoke(id)),
+            WriteOut::Json => Ok(json::lease_revoke(resp)),
+            WriteOut::Fields => Ok(fields::lease_revoke(resp)),
+            other => Err(unsupported(other)),
+        }
+    }
+
+    pub fn lease_keep_alive(&self, resp: &pb::LeaseKeepAliveResponse) -> Result<String, CliError> {
+        match self.format {
+            WriteOut::Simple => Ok(simple::lease_keep_alive(resp)),
+            WriteOut::Json => Ok(json::lease_keep_alive(resp)),
+            WriteOut::Fields => Ok(fields::lease_keep_alive(resp)),
+            other => Err(unsupported(other)),
+        }
+    }
+
+    /// `keys`: whether `--keys` was given (the simple format then lists them, even when none).
+    pub fn lease_time_to_live(&self, resp: &pb::LeaseTimeToLiveResponse, keys: bool) -> Result<String, CliError> {
+        match self.format {
+            WriteOut::Simple => Ok(simple::lease_time_to_live(resp, keys)),
+            WriteOut::Json => Ok(json::lease_time_to_live(resp)),
+            WriteOut::Fields => Ok(fields::lease_time_to_live(resp)),
+            other => Err(unsupported(other)),
+        }
+    }
+
+    pub fn lease_leases(&self, resp: &pb::LeaseLeasesResponse) -> Result<String, CliError> {
+        match self.format {
+            WriteOut::Simple => Ok(simple::lease_leases(resp)),
+            WriteOut::Json => Ok(json::lease_leases(resp)),
+            WriteOut::Fields => Ok(fields::lease_leases(resp)),
+            other => Err(unsupported(other)),
+        }
+    }
+
     pub fn member_list(&self, resp: &pb::MemberListResponse) -> Result<String, CliError> {
         match self.format {
             WriteOut::Simple => Ok(table::simple(&table::member_list(resp))),
@@ -71,6 +138,68 @@ impl Printer {
             WriteOut::Json => Ok(json::endpoint_hashkv(hashes)),
             WriteOut::Fields => Ok(fields::endpoint_hashkv(hashes)),
             WriteOut::Table => Ok(table::render(&table::endpoint_hashkv(hashes))),
+        }
+    }
+
+    pub fn member_add(&self, resp: &pb::MemberAddResponse) -> Result<String, CliError> {
+        match self.format {
+            WriteOut::Simple => Ok(simple::member_add(resp)),
+            WriteOut::Json => Ok(json::member_add(resp)),
+            other => Err(unsupported(other)),
+        }
+    }
+
+    /// `id` is the member the user named; the simple format prints it.
+    pub fn member_remove(&self, id: u64, resp: &pb::MemberRemoveResponse) -> Result<String, CliError> {
+        self.member_change("removed from", id, resp.header.as_ref(), &resp.members)
+    }
+
+    pub fn member_update(&self, id: u64, resp: &pb::MemberUpdateResponse) -> Result<String, CliError> {
+        self.member_change("updated in", id, resp.header.as_ref(), &resp.members)
+    }
+
+    pub fn member_promote(&self, id: u64, resp: &pb::MemberPromoteResponse) -> Result<String, CliError> {
+        self.member_change("promoted in", id, resp.header.as_ref(), &resp.members)
+    }
+
+    fn member_change(
+        &self,
+        verb: &str,
+        id: u64,
+        header: Option<&pb::ResponseHeader>,
+        members: &[pb::Member],
+    ) -> Result<String, CliError> {
+        match self.format {
+            WriteOut::Simple => Ok(simple::member_change(verb, id, header)),
+            WriteOut::Json => Ok(json::member_change(header, members)),
+            other => Err(unsupported(other)),
+        }
+    }
+
+    /// Returns `(stdout, stderr)`: the simple format writes the health lines to stderr.
+    pub fn endpoint_health(&self, list: &[EndpointHealth]) -> (String, String) {
+        match self.format {
+            WriteOut::Simple => (String::new(), simple::endpoint_health(list)),
+            WriteOut::Json => (json::endpoint_health(list), String::new()),
+            WriteOut::Fields => (fields::endpoint_health(list), String::new()),
+            WriteOut::Table => (table::render(&table::endpoint_health(list)), String::new()),
+        }
+    }
+
+    pub fn alarm(&self, resp: &pb::AlarmResponse) -> Result<String, CliError> {
+        match self.format {
+            WriteOut::Simple => Ok(simple::alarm(resp)),
+            WriteOut::Json => Ok(json::alarm(resp)),
+            WriteOut::Fields => Ok(fields::alarm(resp)),
+            other => Err(unsupported(other)),
+        }
+    }
+
+    pub fn move_leader(&self, leader: u64, target: u64, resp: &pb::MoveLeaderResponse) -> Result<String, CliError> {
+        match self.format {
+            WriteOut::Simple => Ok(simple::move_leader(leader, target)),
+            WriteOut::Json => Ok(json::move_leader(resp)),
+            other => Err(unsupported(other)),
         }
     }
 }

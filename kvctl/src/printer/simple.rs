@@ -29,6 +29,168 @@ pub fn del(resp: &pb::DeleteRangeResponse, hex: bool, value_only: bool) -> Strin
     out
 }
 
+/// `txn`: the outcome, then each response as `get`/`put`/`del` print it, after an empty line.
+pub fn txn(resp: &pb::TxnResponse, hex: bool) -> String {
+    use pb::response_op::Response;
+    let mut out = String::from(if resp.succeeded { "SUCCESS\n" } else { "FAILURE\n" });
+    for op in &resp.responses {
+        out.push('\n');
+        match &op.response {
+            Some(Response::ResponseRange(r)) => out.push_str(&get(r, hex, false)),
+            Some(Response::ResponsePut(r)) => out.push_str(&put(r, hex, false)),
+            Some(Response::ResponseDeleteRange(r)) => out.push_str(&del(r, hex, false)),
+            // etcdctl cannot send nested txns; it prints anything else with `%+v`.
+            other => {
+                let _ = writeln!(out, "unexpected response {other:?}");
+            }
+        }
+    }
+    out
+}
+
+/// Go's `%016x` of a lease id (an `int64`: negative ids keep their sign inside the width).
+pub fn lease_id_hex(id: i64) -> String {
+    if id < 0 {
+        format!("-{:015x}", id.unsigned_abs())
+    } else {
+        format!("{id:016x}")
+    }
+}
+
+pub fn lease_grant(resp: &pb::LeaseGrantResponse) -> String {
+    format!("lease {} granted with TTL({}s)\n", lease_id_hex(resp.id), resp.ttl)
+}
+
+/// etcdctl prints the id it asked to revoke (the response carries none).
+pub fn lease_revoke(id: i64) -> String {
+    format!("lease {} revoked\n", lease_id_hex(id))
+}
+
+pub fn lease_keep_alive(resp: &pb::LeaseKeepAliveResponse) -> String {
+    format!("lease {} keepalived with TTL({})\n", lease_id_hex(resp.id), resp.ttl)
+}
+
+/// `lease timetolive [--keys]`; the server answers an unknown lease with TTL -1 and no granted TTL.
+pub fn lease_time_to_live(resp: &pb::LeaseTimeToLiveResponse, keys: bool) -> String {
+    let id = lease_id_hex(resp.id);
+    if resp.granted_ttl == 0 && resp.ttl == -1 {
+        return format!("lease {id} already expired\n");
+    }
+    let mut out = format!("lease {id} granted with TTL({}s), remaining({}s)", resp.granted_ttl, resp.ttl);
+    if keys {
+        // Go's `%v` of a `[]string`.
+        let keys: Vec<_> = resp.keys.iter().map(|k| String::from_utf8_lossy(k)).collect();
+        let _ = write!(out, ", attached keys([{}])", keys.join(" "));
+    }
+    out.push('\n');
+    out
+}
+
+pub fn lease_leases(resp: &pb::LeaseLeasesResponse) -> String {
+    let mut out = format!("found {} leases\n", resp.leases.len());
+    for lease in &resp.leases {
+        out.push_str(&lease_id_hex(lease.id));
+        out.push('\n');
+    }
+    out
+}
+
+/// `member add`'s first line; `member add` itself then prints the `ETCD_*` variables.
+pub fn member_add(resp: &pb::MemberAddResponse) -> String {
+    let id = resp.member.as_ref().map_or(0, |m| m.id);
+    format!("Member {id:16x} added to cluster {:16x}\n", cluster_id(resp.header.as_ref()))
+}
+
+/// `member remove|update|promote`: `verb` is `removed from`, `updated in` or `promoted in`.
+pub fn member_change(verb: &str, id: u64, header: Option<&pb::ResponseHeader>) -> String {
+    format!("Member {id:16x} {verb} cluster {:16x}\n", cluster_id(header))
+}
+
+/// `alarm list|disarm`: Go's `%+v` of each `*AlarmMember`, i.e. its compact protobuf text, where
+/// every non-zero field is followed by a space.
+pub fn alarm(resp: &pb::AlarmResponse) -> String {
+    let mut out = String::new();
+    for a in &resp.alarms {
+        if a.member_id != 0 {
+            let _ = write!(out, "memberID:{} ", a.member_id);
+        }
+        if a.alarm != 0 {
+            let _ = write!(out, "alarm:{} ", alarm_type_name(a.alarm));
+        }
+        out.push('\n');
+    }
+    out
+}
+
+/// An `AlarmType` as protobuf text and Go's `String()` write it: its name, or its number when
+/// unknown.
+pub fn alarm_type_name(alarm: i32) -> String {
+    pb::AlarmType::try_from(alarm).map_or_else(|_| alarm.to_string(), |t| t.as_str_name().to_string())
+}
+
+/// `endpoint health` in the simple format. etcdctl writes these lines to stderr, not stdout.
+pub fn endpoint_health(list: &[super::EndpointHealth]) -> String {
+    let mut out = String::new();
+    for h in list {
+        if h.error.is_empty() {
+            let _ = writeln!(out, "{} is healthy: successfully committed proposal: took = {}", h.endpoint, h.took);
+        } else {
+            let _ = writeln!(out, "{} is unhealthy: failed to commit proposal: {}", h.endpoint, h.error);
+        }
+    }
+    out
+}
+
+/// `move-leader`: both ids as etcd's `types.ID` prints them (hex, no padding).
+pub fn move_leader(leader: u64, target: u64) -> String {
+    format!("Leadership transferred from {leader:x} to {target:x}\n")
+}
+
+/// Go's `time.Duration.String()`: `1.5µs`, `2.253556ms`, `5.002424736s`, `1m30s`, `1h0m5s`, `0s`.
+pub fn go_duration(d: std::time::Duration) -> String {
+    let nanos = d.as_nanos();
+    if nanos == 0 {
+        return "0s".to_string();
+    }
+    if nanos < 1_000 {
+        return format!("{nanos}ns");
+    }
+    if nanos < 1_000_000 {
+        return format!("{}µs", decimal(nanos, 3));
+    }
+    if nanos < 1_000_000_000 {
+        return format!("{}ms", decimal(nanos, 6));
+    }
+    let (hours, rest) = (nanos / 3_600_000_000_000, nanos % 3_600_000_000_000);
+    let (minutes, rest) = (rest / 60_000_000_000, rest % 60_000_000_000);
+    let mut out = String::new();
+    if hours > 0 {
+        let _ = write!(out, "{hours}h");
+    }
+    if hours > 0 || minutes > 0 {
+        let _ = write!(out, "{minutes}m");
+    }
+    let _ = write!(out, "{}s", decimal(rest, 9));
+    out
+}
+
+/// `value / 10^digits` with the fraction's trailing zeros (and a bare point) dropped.
+fn decimal(value: u128, digits: u32) -> String {
+    let scale = 10u128.pow(digits);
+    let fraction = format!("{:0width$}", value % scale, width = digits as usize);
+    let fraction = fraction.trim_end_matches('0');
+    if fraction.is_empty() {
+        format!("{}", value / scale)
+    } else {
+        format!("{}.{fraction}", value / scale)
+    }
+}
+
+/// Go reads a nil header's fields as zeros.
+fn cluster_id(header: Option<&pb::ResponseHeader>) -> u64 {
+    header.map_or(0, |h| h.cluster_id)
+}
+
 /// go-humanize's `Bytes`: SI units, one decimal below 10.
 pub fn humanize_bytes(size: u64) -> String {
     const UNITS: [&str; 7] = ["B", "kB", "MB", "GB", "TB", "PB", "EB"];

@@ -68,6 +68,14 @@ pub fn endpoint_hashkv(hashes: &[(String, pb::HashKvResponse)]) -> Table {
     (vec!["endpoint", "hash"], rows)
 }
 
+pub fn endpoint_health(list: &[super::EndpointHealth]) -> Table {
+    let rows = list
+        .iter()
+        .map(|h| vec![h.endpoint.clone(), h.health.to_string(), h.took.clone(), h.error.clone()])
+        .collect();
+    (vec!["endpoint", "health", "took", "error"], rows)
+}
+
 /// The `simple` rendering of a table: each row joined with `, `.
 pub fn simple((_, rows): &Table) -> String {
     rows.iter().map(|row| format!("{}\n", row.join(", "))).collect()
@@ -99,9 +107,8 @@ pub fn render((header, rows): &Table) -> String {
         }
         out.push_str("|\n");
     }
-    if !rows.is_empty() {
-        out.push_str(&line);
-    }
+    // tablewriter closes the table even when it has no rows (a header between two lines).
+    out.push_str(&line);
     out
 }
 
@@ -121,5 +128,10 @@ mod tests {
              +-----------------+------------+\n"
         );
         assert_eq!(simple(&table), "127.0.0.1:23791, 4003631519\n");
+        let empty = (vec!["endpoint", "hash"], Vec::new());
+        assert_eq!(
+            render(&empty),
+            "+----------+------+\n| ENDPOINT | HASH |\n+----------+------+\n+----------+------+\n"
+        );
     }
 }
