@@ -225,6 +225,10 @@ fn mask_line(line: &str) -> String {
         }
     }
     flush(&mut token, &mut out);
+    // `%16x` pads an id with spaces to 16 columns; ids of two clusters differ in length.
+    while out.contains("  #") {
+        out = out.replace("  #", " #");
+    }
     if out.starts_with('|') || out.starts_with('+') {
         // A table row: cell contents without their padding; raft terms and indexes masked.
         return out
