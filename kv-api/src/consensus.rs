@@ -69,6 +69,10 @@ pub trait Consensus: Send + Sync + 'static {
     /// Seconds left before a lease expires, from the leader; `None` when the lease is unknown.
     fn lease_time_to_live(&self, id: i64) -> impl Future<Output = Result<Option<i64>>> + Send;
 
+    /// Every lease id, soonest expiry first, as the leader's deadlines order them (etcd's
+    /// `LeaseLeases` sorts by expiry).
+    fn leases_by_expiry(&self) -> impl Future<Output = Result<Vec<i64>>> + Send;
+
     /// Hands leadership to `target` (this member must be the leader).
     fn move_leader(&self, target: u64) -> impl Future<Output = Result<()>> + Send;
 }

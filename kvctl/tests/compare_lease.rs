@@ -21,14 +21,12 @@ enum Step {
     Run(&'static [&'static str]),
     /// A command line with stdin (a txn).
     Txn(&'static [&'static str], &'static str),
-    /// A command line compared on real etcd only, for a known difference of our server.
-    EtcdOnly(&'static [&'static str]),
     /// `lease keep-alive` left running until its first answer; then the lease (its last argument)
     /// is revoked with etcdctl, and the command must end by itself.
     KeepAliveUntilRevoked(&'static [&'static str]),
 }
 
-use Step::{EtcdOnly, KeepAliveUntilRevoked, Run, Txn};
+use Step::{KeepAliveUntilRevoked, Run, Txn};
 
 const SCRIPT: &[Step] = &[
     Run(&["lease", "grant", "600"]),
@@ -51,11 +49,10 @@ const SCRIPT: &[Step] = &[
     Run(&["lease", "timetolive", "1234", "--keys"]),
     Run(&["-w", "json", "lease", "timetolive", "1234"]),
     Run(&["-w", "fields", "lease", "timetolive", "1234"]),
-    // Several leases: etcd lists them soonest expiry first; ours does not sort them (yet), so
-    // these compare on etcd only. `lease list` with one lease, below, compares on both.
-    EtcdOnly(&["lease", "list"]),
-    EtcdOnly(&["-w", "json", "lease", "list"]),
-    EtcdOnly(&["-w", "fields", "lease", "list"]),
+    // Several leases: listed soonest expiry first.
+    Run(&["lease", "list"]),
+    Run(&["-w", "json", "lease", "list"]),
+    Run(&["-w", "fields", "lease", "list"]),
     Run(&["-w", "table", "lease", "list"]),
     Run(&["lease", "keep-alive", "--once", "<lease1>"]),
     Run(&["-w", "json", "lease", "keep-alive", "--once", "<lease1>"]),
@@ -115,7 +112,7 @@ struct Side<'a> {
 impl Side<'_> {
     fn run(&mut self, step: &Step) -> View {
         match step {
-            Run(args) | EtcdOnly(args) => self.run_args(args, None),
+            Run(args) => self.run_args(args, None),
             Txn(args, stdin) => self.run_args(args, Some(&self.substitute(stdin))),
             KeepAliveUntilRevoked(args) => self.keep_alive_until_revoked(args),
         }
@@ -262,9 +259,6 @@ async fn compare_leases(kind: ServerKind) {
     let mut kv = Side { program: kvctl(), server: &ours, leases: Vec::new() };
     let mut mismatches = Vec::new();
     for (index, step) in SCRIPT.iter().enumerate() {
-        if kind == ServerKind::Ours && matches!(step, EtcdOnly(_)) {
-            continue;
-        }
         let (want, got) = (etcdctl.run(step), kv.run(step));
         if want != got {
             mismatches.push(format!("step {index}\n  etcdctl: {want:?}\n  kvctl:   {got:?}"));

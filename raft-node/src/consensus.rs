@@ -205,6 +205,13 @@ impl kv_api::Consensus for RaftConsensus {
         }
     }
 
+    async fn leases_by_expiry(&self) -> kv_api::Result<Vec<i64>> {
+        match self.on_leader(LeaderRequest::LeasesByExpiry).await? {
+            LeaderReply::LeaseIds(ids) => Ok(ids),
+            other => Err(unexpected(&other)),
+        }
+    }
+
     async fn move_leader(&self, target: u64) -> kv_api::Result<()> {
         // As etcd, only the leader takes this request (etcdctl finds it first).
         if self.raft().metrics().borrow().current_leader != Some(self.member_id()) {

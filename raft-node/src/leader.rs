@@ -59,6 +59,8 @@ pub enum LeaderRequest {
     LeaseTimeToLive {
         id: i64,
     },
+    /// Every lease, soonest expiry first.
+    LeasesByExpiry,
     /// Sent by the leader to a transferee: campaign now.
     Campaign,
     /// The cluster id and members, for a member joining with `--initial-cluster-state existing`.
@@ -91,6 +93,7 @@ impl LeaderRequest {
                 | LeaderRequest::Publish { .. }
                 | LeaderRequest::PreVote(_)
                 | LeaderRequest::LeaseTimeToLive { .. }
+                | LeaderRequest::LeasesByExpiry
         )
     }
 }
@@ -109,6 +112,8 @@ pub enum LeaderReply {
     LeaseTtl(i64),
     /// Seconds left on a lease (`None`: unknown).
     LeaseRemaining(Option<i64>),
+    /// Lease ids in the order asked for.
+    LeaseIds(Vec<i64>),
     /// A membership change committed at `index`, with the member it added.
     Members {
         index: u64,
@@ -239,6 +244,18 @@ impl Leader {
                 let ttl = self.store.read().lease(id).map(|lease| lease.ttl);
                 let left = ttl.map(|ttl| self.deadlines.remaining(id, ttl, Instant::now()).as_secs() as i64);
                 Ok(LeaderReply::LeaseRemaining(left))
+            }
+            LeaderRequest::LeasesByExpiry => {
+                let now = Instant::now();
+                let mut leases: Vec<(Duration, i64)> = self
+                    .store
+                    .read()
+                    .leases()
+                    .into_iter()
+                    .map(|(id, ttl)| (self.deadlines.remaining(id, ttl, now), id))
+                    .collect();
+                leases.sort_unstable();
+                Ok(LeaderReply::LeaseIds(leases.into_iter().map(|(_, id)| id).collect()))
             }
             LeaderRequest::ClusterInfo | LeaderRequest::Campaign | LeaderRequest::PreVote(_) => {
                 unreachable!("answered above")

@@ -87,8 +87,7 @@ impl<C: Consensus> LeaseService<C> {
     }
 
     async fn leases(&self) -> Result<pb::LeaseLeasesResponse> {
-        self.consensus.read_barrier().await?;
-        let leases = self.store.read().leases().into_iter().map(|(id, _)| pb::LeaseStatus { id }).collect();
+        let leases = self.consensus.leases_by_expiry().await?.into_iter().map(|id| pb::LeaseStatus { id }).collect();
         Ok(pb::LeaseLeasesResponse { header: self.header(), leases })
     }
 }
