@@ -12,6 +12,7 @@ pub mod convergence;
 pub mod graph;
 pub mod linear;
 pub mod list_append;
+pub mod liveness;
 pub mod logs;
 pub mod register;
 pub mod revision;
@@ -81,6 +82,8 @@ pub enum AnomalyKind {
     Unreachable,
     /// A panic or fatal error in a member's log.
     Panic,
+    /// No write succeeded within the allowed time after the last fault was healed.
+    NotLive,
 }
 
 /// One violation, with a description a person can act on.

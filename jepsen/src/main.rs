@@ -1,0 +1,67 @@
+//! `jepsen`: the fault-injection harness's command line. `jepsen test` runs one test and writes a
+//! report folder; it exits 0 when the run is valid, 1 when invalid, 2 when undecided, 3 when the
+//! run itself failed.
+
+use std::io::IsTerminal;
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+use jepsen::options::TestOptions;
+use jepsen::{netns, report, run};
+
+#[derive(Debug, Parser)]
+#[command(name = "jepsen", about = "Fault-injection tests of an etcd-compatible cluster")]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Run one test: start a three-member cluster, run a workload while injecting faults, check the
+    /// history and write a report folder
+    Test(TestOptions),
+}
+
+/// The exit code when the harness itself fails (as opposed to the run being invalid).
+const EXIT_ERROR: u8 = 3;
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let Command::Test(opts) = cli.command;
+    if !netns::is_inside() {
+        // Everything the run does to the network happens in a namespace of its own.
+        return match netns::reexec() {
+            Ok(status) => ExitCode::from(status.code().and_then(|c| u8::try_from(c).ok()).unwrap_or(EXIT_ERROR)),
+            Err(err) => {
+                eprintln!("jepsen: {err}");
+                ExitCode::from(EXIT_ERROR)
+            }
+        };
+    }
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info,h2=warn,tower=warn".into()),
+        )
+        .with_writer(std::io::stderr)
+        .with_ansi(std::io::stderr().is_terminal())
+        .init();
+    let runtime = match tokio::runtime::Runtime::new() {
+        Ok(runtime) => runtime,
+        Err(err) => {
+            eprintln!("jepsen: cannot start the runtime: {err}");
+            return ExitCode::from(EXIT_ERROR);
+        }
+    };
+    match runtime.block_on(run::run(opts)) {
+        Ok(outcome) => {
+            print!("{}", report::render(&outcome.summary));
+            println!("report: {}", outcome.dir.display());
+            ExitCode::from(run::exit_code(outcome.summary.valid))
+        }
+        Err(err) => {
+            eprintln!("jepsen: {err}");
+            ExitCode::from(EXIT_ERROR)
+        }
+    }
+}

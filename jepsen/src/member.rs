@@ -1,0 +1,166 @@
+//! One member process: started under its own user id on its own loopback address, killed with
+//! SIGKILL and restarted on the same data dir, paused with SIGSTOP and resumed with SIGCONT.
+
+use std::fs::OpenOptions;
+use std::os::unix::fs::DirBuilderExt;
+use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+
+use nix::sys::signal::{kill, Signal};
+use nix::unistd::Pid;
+use tonic::transport::Channel;
+
+use crate::client;
+use crate::error::{Error, Result};
+use crate::net::Host;
+
+/// Every member serves clients on this port of its own address.
+pub const CLIENT_PORT: u16 = 2379;
+/// Every member talks to its peers on this port of its own address.
+pub const PEER_PORT: u16 = 2380;
+
+/// A member of the cluster under test. The process is killed when this is dropped.
+pub struct Member {
+    pub name: String,
+    pub host: Host,
+    binary: PathBuf,
+    /// The flags of the first start, reused on every restart (the bootstrap flags are then ignored
+    /// by the server, which recovers from its data dir).
+    args: Vec<String>,
+    log_path: PathBuf,
+    child: Option<Child>,
+    paused: bool,
+    channel: Channel,
+}
+
+impl Member {
+    /// Prepares the member's directory (`<root>/members/<name>`, owned by its user id) without
+    /// starting it. `cluster_args` are the flags every member shares.
+    pub fn new(name: &str, host: Host, binary: &Path, root: &Path, cluster_args: &[String]) -> Result<Member> {
+        // `members/` stays traversable for every member's user id; each member's own dir is private.
+        let parent = root.join("members");
+        std::fs::create_dir_all(&parent).map_err(Error::system(format!("create {}", parent.display())))?;
+        let dir = parent.join(name);
+        std::fs::DirBuilder::new()
+            .mode(0o700)
+            .create(&dir)
+            .map_err(Error::system(format!("create {}", dir.display())))?;
+        std::os::unix::fs::chown(&dir, Some(host.uid), Some(host.uid)).map_err(Error::system(format!(
+            "give {} to uid {}",
+            dir.display(),
+            host.uid
+        )))?;
+        let client_url = url(host, CLIENT_PORT);
+        let peer_url = url(host, PEER_PORT);
+        let mut args = vec![
+            format!("--name={name}"),
+            format!("--data-dir={}", dir.join("data").display()),
+            format!("--listen-client-urls={client_url}"),
+            format!("--advertise-client-urls={client_url}"),
+            format!("--listen-peer-urls={peer_url}"),
+            format!("--initial-advertise-peer-urls={peer_url}"),
+        ];
+        args.extend_from_slice(cluster_args);
+        Ok(Member {
+            name: name.to_string(),
+            host,
+            binary: binary.to_path_buf(),
+            args,
+            log_path: root.join(format!("{name}.log")),
+            child: None,
+            paused: false,
+            channel: client::channel(&client_url)?,
+        })
+    }
+
+    /// A channel to the member's client port (clients connect from 127.0.0.1).
+    pub fn channel(&self) -> &Channel {
+        &self.channel
+    }
+
+    pub fn log_path(&self) -> &Path {
+        &self.log_path
+    }
+
+    /// Starts the process, appending its stdout and stderr to `<name>.log`.
+    pub fn start(&mut self) -> Result<()> {
+        let log = OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&self.log_path)
+            .map_err(Error::system(format!("open {}", self.log_path.display())))?;
+        let stderr = log.try_clone().map_err(Error::system("duplicate the log file"))?;
+        let child = Command::new(&self.binary)
+            .args(&self.args)
+            .uid(self.host.uid)
+            .gid(self.host.uid)
+            .env_remove("RUST_LOG")
+            .stdin(Stdio::null())
+            .stdout(log)
+            .stderr(stderr)
+            .spawn()
+            .map_err(Error::system(format!("start {} as {}", self.binary.display(), self.name)))?;
+        self.child = Some(child);
+        self.paused = false;
+        Ok(())
+    }
+
+    /// SIGKILL (which also ends a stopped process), then reap.
+    pub fn kill(&mut self) -> Result<()> {
+        if let Some(mut child) = self.child.take() {
+            child.kill().map_err(Error::system(format!("kill {}", self.name)))?;
+            child.wait().map_err(Error::system(format!("reap {}", self.name)))?;
+        }
+        self.paused = false;
+        Ok(())
+    }
+
+    pub fn pause(&mut self) -> Result<()> {
+        self.signal(Signal::SIGSTOP)?;
+        self.paused = true;
+        Ok(())
+    }
+
+    pub fn resume(&mut self) -> Result<()> {
+        self.signal(Signal::SIGCONT)?;
+        self.paused = false;
+        Ok(())
+    }
+
+    /// Whether the process is alive (it may be paused).
+    pub fn is_running(&mut self) -> bool {
+        self.child.as_mut().is_some_and(|child| matches!(child.try_wait(), Ok(None)))
+    }
+
+    pub fn is_paused(&self) -> bool {
+        self.paused
+    }
+
+    /// Everything the member wrote, over all its runs.
+    pub fn log(&self) -> String {
+        std::fs::read(&self.log_path).map(|bytes| String::from_utf8_lossy(&bytes).into_owned()).unwrap_or_default()
+    }
+
+    fn signal(&self, signal: Signal) -> Result<()> {
+        let Some(child) = &self.child else {
+            return Err(Error::Setup(format!("{} is not running", self.name)));
+        };
+        let pid = i32::try_from(child.id()).map_err(|_| Error::Setup(format!("{}: pid out of range", self.name)))?;
+        kill(Pid::from_raw(pid), signal)
+            .map_err(|errno| Error::System { what: format!("{signal} {}", self.name), source: errno.into() })
+    }
+}
+
+impl Drop for Member {
+    fn drop(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+}
+
+fn url(host: Host, port: u16) -> String {
+    format!("http://{}:{port}", host.ip)
+}

@@ -1,0 +1,64 @@
+//! The private network namespace every run lives in.
+//!
+//! The harness re-executes itself under `unshare --net` before its runtime starts. Inside, only a
+//! loopback device exists (brought up here); members listen on 127.0.0.11, .12, .13 and the
+//! firewall rules ([`crate::net`]) apply to this namespace alone. When the harness and its members
+//! exit, the namespace, its addresses and its rules disappear with them: nothing on the host changes.
+
+use std::ffi::OsString;
+use std::path::Path;
+use std::process::{Command, ExitStatus};
+
+use crate::error::{Error, Result};
+
+/// This process's network namespace, as a link like `net:[4026531840]`.
+const SELF_NS: &str = "/proc/self/ns/net";
+
+/// Set in the environment of the re-executed harness to the network namespace it was started from.
+pub const INSIDE_ENV: &str = "JEPSEN_NETNS";
+
+/// Whether this process was started by [`reexec`].
+pub fn is_inside() -> bool {
+    std::env::var_os(INSIDE_ENV).is_some()
+}
+
+/// Runs this same executable with the same arguments under `unshare --net` and waits for it.
+pub fn reexec() -> Result<ExitStatus> {
+    let exe = std::env::current_exe().map_err(Error::system("locate the jepsen executable"))?;
+    let args: Vec<OsString> = std::env::args_os().skip(1).collect();
+    let outer = namespace_of(Path::new(SELF_NS))?;
+    Command::new("unshare")
+        .arg("--net")
+        .arg("--")
+        .arg(exe)
+        .args(args)
+        .env(INSIDE_ENV, outer)
+        .status()
+        .map_err(Error::system("run `unshare --net` (is util-linux installed?)"))
+}
+
+/// Checks that this process is no longer in the network namespace it was started from (so that
+/// firewall rules cannot touch the host) and brings the loopback device up.
+pub fn prepare() -> Result<()> {
+    let ours = namespace_of(Path::new(SELF_NS))?;
+    let outer = std::env::var(INSIDE_ENV).unwrap_or_default();
+    if outer.is_empty() || ours == outer {
+        return Err(Error::Setup(format!(
+            "refusing to run in the host's network namespace ({ours}); start through `jepsen test`, which \
+             re-executes itself under `unshare --net`"
+        )));
+    }
+    let status = Command::new("ip")
+        .args(["link", "set", "lo", "up"])
+        .status()
+        .map_err(Error::system("run `ip link set lo up`"))?;
+    if !status.success() {
+        return Err(Error::Setup(format!("`ip link set lo up` failed: {status}")));
+    }
+    Ok(())
+}
+
+fn namespace_of(link: &Path) -> Result<String> {
+    let target = std::fs::read_link(link).map_err(Error::system(format!("read {}", link.display())))?;
+    Ok(target.to_string_lossy().into_owned())
+}

@@ -1,0 +1,232 @@
+//! The flags of `jepsen test`: what to run, against which server, with which faults, for how long.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use clap::{Args, ValueEnum};
+use serde::Serialize;
+
+/// The server implementation under test.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Target {
+    /// Our `raft-node`.
+    Ours,
+    /// Real etcd (Debian's `/usr/bin/etcd`), for comparison.
+    Etcd,
+}
+
+impl Target {
+    pub fn name(self) -> &'static str {
+        match self {
+            Target::Ours => "ours",
+            Target::Etcd => "etcd",
+        }
+    }
+}
+
+/// The workload the clients run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum WorkloadKind {
+    /// Per-key read, write and compare-and-set with unique values; checked for linearizability.
+    Register,
+}
+
+/// One kind of fault the nemesis injects and later heals.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum FaultKind {
+    /// No faults at all.
+    None,
+    /// Cut one random member off from the others.
+    PartitionOne,
+    /// Cut the current leader off from the others.
+    PartitionLeader,
+    /// Cut the link between two members only; the third still talks to both.
+    Bridge,
+    /// SIGKILL one random member; heal restarts it on the same data dir.
+    KillOne,
+    /// SIGKILL the leader; heal restarts it.
+    KillLeader,
+    /// SIGKILL every member; heal restarts them all.
+    KillAll,
+    /// SIGSTOP one random member; heal sends SIGCONT.
+    PauseOne,
+    /// SIGSTOP the leader (for longer than the election timeout); heal sends SIGCONT.
+    PauseLeader,
+}
+
+impl FaultKind {
+    pub fn name(self) -> &'static str {
+        match self {
+            FaultKind::None => "none",
+            FaultKind::PartitionOne => "partition-one",
+            FaultKind::PartitionLeader => "partition-leader",
+            FaultKind::Bridge => "bridge",
+            FaultKind::KillOne => "kill-one",
+            FaultKind::KillLeader => "kill-leader",
+            FaultKind::KillAll => "kill-all",
+            FaultKind::PauseOne => "pause-one",
+            FaultKind::PauseLeader => "pause-leader",
+        }
+    }
+}
+
+/// `jepsen test`: one run.
+#[derive(Debug, Clone, Args, Serialize)]
+pub struct TestOptions {
+    /// the workload the clients run
+    #[arg(long, value_enum, default_value = "register")]
+    pub workload: WorkloadKind,
+
+    /// the faults to inject, comma-separated; each fault window picks one of them at random
+    #[arg(long, value_enum, value_delimiter = ',', default_value = "partition-leader")]
+    pub nemesis: Vec<FaultKind>,
+
+    /// the server implementation under test
+    #[arg(long, value_enum, default_value = "ours")]
+    pub target: Target,
+
+    /// the server binary (default: `raft-node` next to this binary for ours, /usr/bin/etcd for etcd)
+    #[arg(long)]
+    pub server_bin: Option<PathBuf>,
+
+    /// seconds of workload (faults included); heal, liveness and convergence checks come after
+    #[arg(long, default_value_t = 30)]
+    pub time_limit: u64,
+
+    /// seeds every random choice (ops, values, fault kinds, victims), so a run can be repeated
+    #[arg(long, default_value_t = 1)]
+    pub seed: u64,
+
+    /// target operations per second over all workers: each worker pauses a random time with mean
+    /// workers/rate between its ops, so slow answers lower the actual rate
+    #[arg(long, default_value_t = 60.0)]
+    pub rate: f64,
+
+    /// client workers, each with one outstanding op (default: twice the number of members)
+    #[arg(long)]
+    pub concurrency: Option<usize>,
+
+    /// seconds without faults at the start
+    #[arg(long, default_value_t = 3)]
+    pub quiet: u64,
+
+    /// seconds a fault lasts, and seconds of calm between two faults
+    #[arg(long, default_value_t = 5)]
+    pub nemesis_interval: u64,
+
+    /// milliseconds a client waits for one op before recording it as indeterminate
+    #[arg(long, default_value_t = 2000)]
+    pub op_timeout: u64,
+
+    /// seconds after the final heal within which a write must succeed
+    #[arg(long, default_value_t = 20)]
+    pub liveness_timeout: u64,
+
+    /// seconds after the final heal within which all members must reach the same revision
+    #[arg(long, default_value_t = 30)]
+    pub converge_timeout: u64,
+
+    /// seconds the linearizability search may take before it answers unknown
+    #[arg(long, default_value_t = 60)]
+    pub check_timeout: u64,
+
+    /// `--heartbeat-interval` of every member, in milliseconds
+    #[arg(long, default_value_t = 100)]
+    pub heartbeat_interval: u64,
+
+    /// `--election-timeout` of every member, in milliseconds (≥ 1 s keeps a loaded 2-core box from
+    /// holding spurious elections)
+    #[arg(long, default_value_t = 1000)]
+    pub election_timeout: u64,
+
+    /// `--snapshot-count` of every member (default: the server's)
+    #[arg(long)]
+    pub snapshot_count: Option<u64>,
+
+    /// register: how many ops go to one key before the workers move on to a fresh key
+    #[arg(long, default_value_t = 50)]
+    pub ops_per_key: u64,
+
+    /// register: read with `serializable=true` (the member's local state). Not linearizable: a run
+    /// with partitions is expected to be reported invalid.
+    #[arg(long)]
+    pub serializable_reads: bool,
+
+    /// where report folders go (default: `<temp dir>/jepsen`)
+    #[arg(long)]
+    pub store: Option<PathBuf>,
+
+    /// keep the members' data dirs in the report even when the run is valid
+    #[arg(long)]
+    pub keep_data: bool,
+}
+
+impl TestOptions {
+    pub fn time_limit(&self) -> Duration {
+        Duration::from_secs(self.time_limit)
+    }
+
+    pub fn op_timeout(&self) -> Duration {
+        Duration::from_millis(self.op_timeout)
+    }
+
+    pub fn nemesis_interval(&self) -> Duration {
+        Duration::from_secs(self.nemesis_interval)
+    }
+
+    /// The server binary: the flag, else the target's default.
+    pub fn server_bin(&self) -> PathBuf {
+        if let Some(bin) = &self.server_bin {
+            return bin.clone();
+        }
+        match self.target {
+            Target::Etcd => PathBuf::from("/usr/bin/etcd"),
+            Target::Ours => std::env::current_exe()
+                .ok()
+                .and_then(|exe| exe.parent().map(|dir| dir.join("raft-node")))
+                .unwrap_or_else(|| PathBuf::from("raft-node")),
+        }
+    }
+
+    /// A name for the report folder: what ran, with which seed.
+    pub fn run_name(&self) -> String {
+        let nemesis: Vec<&str> = self.nemesis.iter().map(|f| f.name()).collect();
+        format!(
+            "{}-{:?}-{}-seed{}{}",
+            self.target.name(),
+            self.workload,
+            nemesis.join("+"),
+            self.seed,
+            if self.serializable_reads { "-serializable" } else { "" }
+        )
+        .to_lowercase()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use clap::Parser;
+
+    use super::*;
+
+    #[derive(Debug, Parser)]
+    struct Cli {
+        #[command(flatten)]
+        test: TestOptions,
+    }
+
+    #[test]
+    fn parses_the_issue_command_line() {
+        let args = ["jepsen", "--workload", "register", "--nemesis", "partition-leader,kill-all", "--seed", "7"];
+        let opts = Cli::try_parse_from(args).expect("valid flags").test;
+        assert_eq!(opts.nemesis, vec![FaultKind::PartitionLeader, FaultKind::KillAll]);
+        assert_eq!((opts.target, opts.time_limit, opts.election_timeout), (Target::Ours, 30, 1000));
+        assert_eq!(opts.run_name(), "ours-register-partition-leader+kill-all-seed7");
+        let etcd = Cli::try_parse_from(["jepsen", "--target", "etcd"]).expect("valid flags").test;
+        assert_eq!(etcd.server_bin(), PathBuf::from("/usr/bin/etcd"));
+        assert!(Cli::try_parse_from(["jepsen", "--nemesis", "flood"]).is_err());
+    }
+}
