@@ -69,10 +69,8 @@ pub fn endpoint_hashkv(hashes: &[(String, pb::HashKvResponse)]) -> Table {
 }
 
 pub fn endpoint_health(list: &[super::EndpointHealth]) -> Table {
-    let rows = list
-        .iter()
-        .map(|h| vec![h.endpoint.clone(), h.health.to_string(), h.took.clone(), h.error.clone()])
-        .collect();
+    let rows =
+        list.iter().map(|h| vec![h.endpoint.clone(), h.health.to_string(), h.took.clone(), h.error.clone()]).collect();
     (vec!["endpoint", "health", "took", "error"], rows)
 }
 
