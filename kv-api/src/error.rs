@@ -50,6 +50,8 @@ pub enum Error {
     BadLeaderTransferee,
     #[error("etcdserver: member ID already exist")]
     MemberExists,
+    #[error("etcdserver: too many learner members in cluster")]
+    TooManyLearners,
     #[error("etcdserver: Peer URLs already exists")]
     PeerUrlExists,
     #[error("etcdserver: given member URLs are invalid")]
@@ -83,6 +85,7 @@ impl Error {
             | Error::LeaseExists
             | Error::BadLeaderTransferee
             | Error::MemberExists
+            | Error::TooManyLearners
             | Error::PeerUrlExists
             | Error::MemberNotLearner
             | Error::LearnerNotReady => Code::FailedPrecondition,
@@ -123,6 +126,7 @@ mod tests {
             (Error::MemberNotFound, Code::NotFound, "etcdserver: member not found"),
             (Error::PeerUrlExists, Code::FailedPrecondition, "etcdserver: Peer URLs already exists"),
             (Error::MemberNotLearner, Code::FailedPrecondition, "etcdserver: can only promote a learner member"),
+            (Error::TooManyLearners, Code::FailedPrecondition, "etcdserver: too many learner members in cluster"),
         ];
         for (err, code, text) in cases {
             let status = Status::from(err);

@@ -9,8 +9,7 @@
 //! the new member's id and URLs are masked.
 //!
 //! Our server answers HashKV and Defragment with Unimplemented: there the `--cluster` steps check
-//! that kvctl reports each endpoint's failure as etcdctl does. MoveLeader's response carries a
-//! header on ours (etcd 3.4 sends none), so `-w json move-leader` is compared on real etcd only.
+//! that kvctl reports each endpoint's failure as etcdctl does.
 
 mod common;
 
@@ -340,15 +339,13 @@ async fn compare_move_leader(cluster: &Cluster) {
     let leader_id = format!("{:x}", id_of(cluster, leader).await);
     let followers: Vec<String> =
         (0..cluster.len()).filter(|&i| i != leader).map(|i| cluster.member(i).endpoint()).collect();
-    let mut steps: Vec<(String, Vec<&str>)> = vec![
+    let steps: Vec<(String, Vec<&str>)> = vec![
         (cluster.endpoints(), vec!["move-leader", "1234"]),
         (followers.join(","), vec!["move-leader", &leader_id]),
         (cluster.endpoints(), vec!["-w", "fields", "move-leader", &leader_id]),
         (cluster.endpoints(), vec!["-w", "table", "move-leader", &leader_id]),
+        (cluster.endpoints(), vec!["-w", "json", "move-leader", &leader_id]),
     ];
-    if cluster.kind() == ServerKind::Etcd {
-        steps.push((cluster.endpoints(), vec!["-w", "json", "move-leader", &leader_id]));
-    }
     for (endpoints, args) in steps {
         let want = view(&run(ETCDCTL, &endpoints, &args, None));
         let got = view(&run(kvctl(), &endpoints, &args, None));

@@ -143,6 +143,9 @@ pub struct Leader {
     pub deadlines: Arc<LeaseDeadlines>,
 }
 
+/// etcd's `maxLearners`: how many learners a cluster may have at once.
+const MAX_LEARNERS: usize = 1;
+
 /// etcd promotes a learner only once it has at least this share of the leader's log.
 const LEARNER_READY_SHARE: f64 = 0.9;
 
@@ -282,6 +285,10 @@ impl Leader {
             return Err(Error::MemberBadUrls);
         }
         check_peer_urls(&membership, &peer_urls, None)?;
+        // etcd allows one learner at a time (`maxLearners`).
+        if is_learner && membership.learner_ids().count() >= MAX_LEARNERS {
+            return Err(Error::TooManyLearners);
+        }
         // As etcd: the time keeps a re-added member (same URLs) from reusing a removed member's id.
         let now = SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_secs());
         let id = member_id_at(&peer_urls, &self.token, Some(now));

@@ -174,6 +174,11 @@ async fn invalid_membership_changes_fail_with_etcds_errors() -> anyhow::Result<(
     assert_eq!((name.as_str(), is_learner), ("", true), "{json}");
     let out = cluster.etcdctl(&["member", "promote", &learner]).await?;
     assert_eq!(error_line(&out), "Error: etcdserver: can only promote a learner member which is in sync with leader");
+    // One learner at a time (etcd's `maxLearners`).
+    let second = std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?.port();
+    let second = format!("--peer-urls=http://127.0.0.1:{second}");
+    let out = cluster.etcdctl(&["member", "add", "n5", &second, "--learner"]).await?;
+    assert_eq!(error_line(&out), "Error: etcdserver: too many learner members in cluster");
     ok(cluster.etcdctl(&["member", "remove", &learner]).await?);
     let (members, json) = member_list(&cluster).await?;
     assert_eq!(members.len(), 3, "{json}");
