@@ -14,11 +14,14 @@
 //! - [`command`]: one file per verb (`get`, `put`, `del`, `compaction`, `member list`,
 //!   `endpoint status|hashkv`, `version`); each builds the request exactly as etcdctl's clientv3
 //!   would, sends it and hands the response to a printer.
+//! - [`concurrency`]: clientv3's client-side recipes (session, mutex, election) and its watch
+//!   stream semantics, for `lock`, `elect`, `watch` and `make-mirror`.
 //! - [`printer`]: one module per output format (`simple`, `json`, `fields`, `table`).
 
 pub mod args;
 pub mod auth;
 pub mod command;
+pub mod concurrency;
 pub mod error;
 pub mod global;
 pub mod printer;

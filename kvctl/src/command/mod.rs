@@ -7,6 +7,8 @@ pub mod defrag;
 pub mod del;
 pub mod elect;
 pub mod endpoint;
+/// Running a user's command (`watch -- cmd`, `lock name cmd`).
+pub(crate) mod exec;
 pub mod get;
 pub mod lease;
 pub mod lock;

@@ -161,6 +161,19 @@ pub fn alarm(resp: &pb::AlarmResponse) -> String {
     out
 }
 
+/// `watch`: the header, then per event its type and key-value pairs.
+pub fn watch(resp: &crate::concurrency::WatchResponse) -> String {
+    let mut out = header(Some(&resp.header));
+    for event in resp.events() {
+        let _ = writeln!(out, "\"Type\" : {}", super::simple::event_type_name(event.r#type));
+        if let Some(prev) = &event.prev_kv {
+            push_kv(&mut out, "Prev", prev);
+        }
+        push_kv(&mut out, "", &event.kv.clone().unwrap_or_default());
+    }
+    out
+}
+
 /// Go reads the fields of a nil header as zeros.
 fn header(header: Option<&pb::ResponseHeader>) -> String {
     let h = header.cloned().unwrap_or_default();

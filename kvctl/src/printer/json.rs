@@ -264,6 +264,39 @@ pub fn go_string(text: &str) -> String {
     out
 }
 
+/// `watch`: clientv3's `WatchResponse` struct, which has no JSON tags: Go field names, nothing
+/// omitted at its level (`"Events":null` for the response clientv3 makes up for an error).
+pub fn watch(resp: &crate::concurrency::WatchResponse) -> String {
+    let mut obj = Object::default();
+    let mut holder = Object::default();
+    header(&mut holder, Some(&resp.header));
+    // `header` writes `"header":{…}`; the struct's field is `Header`, a value, never omitted.
+    let header_json = holder.finish();
+    obj.raw("Header", header_json["{\"header\":".len()..header_json.len() - 1].to_string());
+    let events = match &resp.events {
+        Some(events) => format!("[{}]", events.iter().map(event).collect::<Vec<_>>().join(",")),
+        None => "null".to_string(),
+    };
+    obj.raw("Events", events);
+    obj.raw("CompactRevision", resp.compact_revision.to_string());
+    obj.raw("Canceled", resp.canceled.to_string());
+    obj.raw("Created", resp.created.to_string());
+    obj.finish_line()
+}
+
+/// An `mvccpb.Event`: `type` (omitted for PUT, 0), `kv`, `prev_kv`.
+fn event(event: &mvccpb::Event) -> String {
+    let mut obj = Object::default();
+    obj.int("type", i64::from(event.r#type));
+    if let Some(kv) = &event.kv {
+        obj.raw("kv", key_value(kv));
+    }
+    if let Some(kv) = &event.prev_kv {
+        obj.raw("prev_kv", key_value(kv));
+    }
+    obj.finish()
+}
+
 fn header(obj: &mut Object, header: Option<&pb::ResponseHeader>) {
     let Some(h) = header else { return };
     let mut inner = Object::default();
@@ -350,6 +383,41 @@ impl Object {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn cluster_views_match_etcdctl() {
+        let member = pb::Member {
+            id: 481639138879764659,
+            peer_ur_ls: vec!["http://127.0.0.1:45002".into()],
+            is_learner: true,
+            ..Default::default()
+        };
+        let added = pb::MemberAddResponse { header: None, member: Some(member.clone()), members: vec![member] };
+        assert_eq!(
+            member_add(&added),
+            "{\"member\":{\"ID\":481639138879764659,\"peerURLs\":[\"http://127.0.0.1:45002\"],\"isLearner\":true},\
+             \"members\":[{\"ID\":481639138879764659,\"peerURLs\":[\"http://127.0.0.1:45002\"],\"isLearner\":true}]}\n"
+        );
+        let alarms = pb::AlarmResponse {
+            header: None,
+            alarms: vec![pb::AlarmMember { member_id: 16637631021480683366, alarm: 1 }],
+        };
+        assert_eq!(alarm(&alarms), "{\"alarms\":[{\"memberID\":16637631021480683366,\"alarm\":1}]}\n");
+        assert_eq!(alarm(&pb::AlarmResponse::default()), "{}\n");
+        assert_eq!(move_leader(&pb::MoveLeaderResponse::default()), "{}\n");
+        let health = |error: &str| super::super::EndpointHealth {
+            endpoint: "127.0.0.1:1".into(),
+            health: error.is_empty(),
+            took: "5.000887043s".into(),
+            error: error.into(),
+        };
+        assert_eq!(
+            endpoint_health(&[health(""), health("context deadline exceeded")]),
+            "[{\"endpoint\":\"127.0.0.1:1\",\"health\":true,\"took\":\"5.000887043s\"},\
+             {\"endpoint\":\"127.0.0.1:1\",\"health\":false,\"took\":\"5.000887043s\",\"error\":\"context deadline exceeded\"}]\n"
+        );
+        assert_eq!(endpoint_health(&[]), "[]\n");
+    }
 
     fn header() -> Option<pb::ResponseHeader> {
         Some(pb::ResponseHeader { cluster_id: 14841639068965178418, member_id: 7, revision: 4, raft_term: 2 })

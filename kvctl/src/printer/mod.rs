@@ -195,6 +195,16 @@ impl Printer {
         }
     }
 
+    /// One watch response as etcdctl's `display.Watch` prints it (table has no watch view).
+    pub fn watch(&self, resp: &crate::concurrency::WatchResponse) -> Result<String, CliError> {
+        match self.format {
+            WriteOut::Simple => Ok(simple::watch(resp, self.hex)),
+            WriteOut::Json => Ok(json::watch(resp)),
+            WriteOut::Fields => Ok(fields::watch(resp)),
+            other => Err(unsupported(other)),
+        }
+    }
+
     pub fn move_leader(&self, leader: u64, target: u64, resp: &pb::MoveLeaderResponse) -> Result<String, CliError> {
         match self.format {
             WriteOut::Simple => Ok(simple::move_leader(leader, target)),

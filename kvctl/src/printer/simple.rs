@@ -208,6 +208,29 @@ pub fn humanize_bytes(size: u64) -> String {
     }
 }
 
+/// `watch`: per event its type (`PUT`/`DELETE`), then the previous key-value pair (with
+/// `--prev-kv`), then the key and value after the event.
+pub fn watch(resp: &crate::concurrency::WatchResponse, hex: bool) -> String {
+    let mut out = String::new();
+    for event in resp.events() {
+        out.push_str(event_type_name(event.r#type));
+        out.push('\n');
+        if let Some(prev) = &event.prev_kv {
+            push_kv(&mut out, prev, hex, false);
+        }
+        push_kv(&mut out, &event.kv.clone().unwrap_or_default(), hex, false);
+    }
+    out
+}
+
+/// mvccpb's `Event_EventType.String()`: the name, or the number for an unknown value.
+pub fn event_type_name(kind: i32) -> &'static str {
+    match mvccpb::event::EventType::try_from(kind) {
+        Ok(kind) => kind.as_str_name(),
+        Err(_) => "UNKNOWN",
+    }
+}
+
 /// etcdctl's `printKV`: Go's `string([]byte)` passes bytes through unchanged; we can only hold
 /// UTF-8 in a `String`, so invalid sequences are replaced (use `--hex` for binary data).
 fn push_kv(out: &mut String, kv: &mvccpb::KeyValue, hex: bool, value_only: bool) {
@@ -232,6 +255,45 @@ pub fn hex_escaped(bytes: &[u8]) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn go_durations() {
+        use std::time::Duration;
+        let cases = [
+            (Duration::ZERO, "0s"),
+            (Duration::from_nanos(999), "999ns"),
+            (Duration::from_nanos(850_000), "850µs"),
+            (Duration::from_nanos(1_500), "1.5µs"),
+            (Duration::from_nanos(2_253_556), "2.253556ms"),
+            (Duration::from_nanos(5_002_424_736), "5.002424736s"),
+            (Duration::from_secs(90), "1m30s"),
+            (Duration::from_secs(3605), "1h0m5s"),
+        ];
+        for (duration, want) in cases {
+            assert_eq!(go_duration(duration), want, "{duration:?}");
+        }
+    }
+
+    #[test]
+    fn cluster_lines() {
+        let header = Some(pb::ResponseHeader { cluster_id: 0xdc50b8daae93b3e0, ..Default::default() });
+        let member = Some(pb::Member { id: 0x159cf49344e9e51, ..Default::default() });
+        let added = pb::MemberAddResponse { header, member, members: vec![] };
+        assert_eq!(member_add(&added), "Member  159cf49344e9e51 added to cluster dc50b8daae93b3e0\n");
+        assert_eq!(
+            member_change("removed from", 0xab, None),
+            "Member               ab removed from cluster                0\n"
+        );
+        assert_eq!(move_leader(0x1f, 0xab), "Leadership transferred from 1f to ab\n");
+        let alarms = pb::AlarmResponse {
+            header: None,
+            alarms: vec![
+                pb::AlarmMember { member_id: 16637631021480683366, alarm: pb::AlarmType::Nospace as i32 },
+                pb::AlarmMember { member_id: 7, alarm: 9 },
+            ],
+        };
+        assert_eq!(alarm(&alarms), "memberID:16637631021480683366 alarm:NOSPACE \nmemberID:7 alarm:9 \n");
+    }
 
     fn kv(key: &str, value: &str) -> mvccpb::KeyValue {
         mvccpb::KeyValue { key: key.into(), value: value.into(), ..Default::default() }
