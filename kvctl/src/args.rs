@@ -1,7 +1,7 @@
 //! Command-line parsing that behaves like etcdctl's cobra/pflag front end.
 //!
 //! clap does the parsing; this module makes the edges match what etcdctl users see:
-//! - boolean flags take Go's optional `=value` (`--prefix=true`, `--hex=false`, `--keys=0`);
+//! - boolean flags take Go's optional `=value` (`--prefix=true`, `--hex=false`, `--keys=0`), per verb;
 //! - parse errors print cobra's texts (`unknown flag: --foo`, `flag needs an argument: --rev`,
 //!   `invalid argument "x" for "--limit" flag: strconv.ParseInt: ...`, `unknown command "foo" for
 //!   "etcdctl"`), with the usage on stdout between two `Error:` lines, and exit 1;
@@ -41,14 +41,14 @@ impl ParseFailure {
 /// Parses `argv` (program name first) into a [`Cli`].
 pub fn parse(argv: Vec<OsString>) -> Result<Cli, ParseFailure> {
     let mut command = pflag_values(Cli::command());
-    let argv = match rewrite_bool_values(&command, argv) {
+    let path = subcommand_path(&command, &argv);
+    let argv = match rewrite_bool_values(&command, &path, argv) {
         Ok(argv) => argv,
         Err((flag, value, reason)) => {
-            let usage = usage_of(&mut command, &[]);
+            let usage = usage_of(&mut command, &path);
             return Err(ParseFailure::error(&format!("invalid argument {value:?} for {flag:?} flag: {reason}"), usage));
         }
     };
-    let path = subcommand_path(&command, &argv);
     let matches = command.try_get_matches_from_mut(argv.clone()).map_err(|err| failure(&mut command, &path, err))?;
     Cli::from_arg_matches(&matches).map_err(|err| failure(&mut command, &path, err))
 }
@@ -69,25 +69,32 @@ fn pflag_values(command: Command) -> Command {
         .mut_subcommands(pflag_values)
 }
 
-/// Long names of every flag that takes no value (clap's `SetTrue`), in any subcommand.
-fn bool_flags(command: &Command, names: &mut HashSet<String>) {
-    for arg in command.get_arguments() {
-        if matches!(arg.get_action(), ArgAction::SetTrue) {
-            if let Some(long) = arg.get_long() {
+/// Long names of the flags that take no value (clap's `SetTrue`) on the command line's verb: the
+/// root's (global) flags and those of each subcommand on `path`. Per verb, because a name can be
+/// a bool in one verb and take a value in another (`get --prefix` vs `make-mirror --prefix=p/`).
+fn bool_flags(command: &Command, path: &[String]) -> HashSet<String> {
+    let mut names = HashSet::new();
+    let mut current = Some(command);
+    let mut rest = path.iter();
+    while let Some(cmd) = current {
+        for arg in cmd.get_arguments() {
+            if let (ArgAction::SetTrue, Some(long)) = (arg.get_action(), arg.get_long()) {
                 names.insert(long.to_string());
             }
         }
+        current = rest.next().and_then(|name| cmd.find_subcommand(name));
     }
-    for sub in command.get_subcommands() {
-        bool_flags(sub, names);
-    }
+    names
 }
 
 /// pflag lets a boolean flag take a value after `=`: `--flag=true` becomes `--flag`,
 /// `--flag=false` disappears. Arguments after `--` are left alone.
-fn rewrite_bool_values(command: &Command, argv: Vec<OsString>) -> Result<Vec<OsString>, (String, String, String)> {
-    let mut names = HashSet::new();
-    bool_flags(command, &mut names);
+fn rewrite_bool_values(
+    command: &Command,
+    path: &[String],
+    argv: Vec<OsString>,
+) -> Result<Vec<OsString>, (String, String, String)> {
+    let names = bool_flags(command, path);
     let mut out = Vec::with_capacity(argv.len());
     let mut rest = argv.into_iter();
     while let Some(arg) = rest.next() {
@@ -262,5 +269,38 @@ fn go_reason(value: &str, reason: &str) -> String {
         format!("strconv.ParseInt: parsing {value:?}: value out of range")
     } else {
         reason.to_string()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn argv(words: &[&str]) -> Vec<OsString> {
+        std::iter::once("kvctl").chain(words.iter().copied()).map(OsString::from).collect()
+    }
+
+    #[test]
+    fn bool_values_are_per_verb() {
+        // `--prefix` is a bool of get, a value of make-mirror.
+        assert!(parse(argv(&["get", "--prefix=true", "a"])).is_ok());
+        assert!(parse(argv(&["get", "--prefix=false", "a"])).is_ok());
+        assert!(parse(argv(&["make-mirror", "--prefix=mm/", "127.0.0.1:2"])).is_ok());
+        let failure = parse(argv(&["get", "--prefix=maybe", "a"])).err().expect("refused");
+        assert_eq!(failure.code, EXIT_ERROR);
+        assert!(failure.stderr.starts_with("Error: invalid argument \"maybe\" for \"--prefix\" flag: strconv.ParseBool"));
+    }
+
+    #[test]
+    fn cobra_errors() {
+        let unknown = parse(argv(&["frobnicate"])).err().expect("refused");
+        assert_eq!(
+            unknown.stderr,
+            "Error: unknown command \"frobnicate\" for \"etcdctl\"\nRun 'etcdctl --help' for usage.\n\
+             Error: unknown command \"frobnicate\" for \"etcdctl\"\n"
+        );
+        let format = parse(argv(&["-w", "yaml", "get", "a"])).err().expect("refused");
+        assert_eq!((format.code, format.stderr.as_str()), (EXIT_BAD_FEATURE, "Error: unsupported output format\n"));
+        assert!(parse(argv(&["get", "a", "--rev", "-1"])).is_ok(), "a value may start with '-'");
     }
 }

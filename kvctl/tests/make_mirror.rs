@@ -131,8 +131,8 @@ async fn mirrors_our_server_into_real_etcd() {
     if etcd_tools_present() {
         let base = "a\n1\nb\n2\n";
         let after = "b\n22\nc\n3\nt1\na\nt2\nb\n";
-        // `--prefix mm/`, not `--prefix=mm/`: args.rs reads `--prefix=` as a bool assignment (reported).
-        let args = ["make-mirror", "--prefix", "mm/", "--no-dest-prefix"];
+        // `--prefix=mm/`: a value here, where get's and watch's `--prefix` is a bool.
+        let args = ["make-mirror", "--prefix=mm/", "--no-dest-prefix"];
         mirror(ServerKind::Ours, ServerKind::Etcd, &args, [base, after], false).await;
     }
 }

@@ -118,10 +118,6 @@ pub(crate) async fn lease_client(global: &GlobalFlags) -> Result<pb::lease_clien
     Ok(pb::lease_client::LeaseClient::new(global.connect().await?))
 }
 
-pub(crate) async fn watch_client(global: &GlobalFlags) -> Result<pb::watch_client::WatchClient<Conn>, CliError> {
-    Ok(pb::watch_client::WatchClient::new(global.connect().await?))
-}
-
 pub(crate) async fn cluster_client(global: &GlobalFlags) -> Result<pb::cluster_client::ClusterClient<Conn>, CliError> {
     Ok(pb::cluster_client::ClusterClient::new(global.connect().await?))
 }
@@ -205,15 +201,30 @@ mod tests {
     #[test]
     fn key_ranges() {
         let args = |a: &[&str]| a.iter().map(|s| s.to_string()).collect::<Vec<_>>();
-        assert_eq!(key_range("get", &args(&["a"]), ExtraArgs::Ignored, false, false).ok(), Some((b"a".to_vec(), vec![])));
-        assert_eq!(key_range("get", &args(&["a", "c"]), ExtraArgs::Ignored, false, false).ok(), Some((b"a".to_vec(), b"c".to_vec())));
-        assert_eq!(key_range("get", &args(&["a"]), ExtraArgs::Ignored, true, false).ok(), Some((b"a".to_vec(), b"b".to_vec())));
+        assert_eq!(
+            key_range("get", &args(&["a"]), ExtraArgs::Ignored, false, false).ok(),
+            Some((b"a".to_vec(), vec![]))
+        );
+        assert_eq!(
+            key_range("get", &args(&["a", "c"]), ExtraArgs::Ignored, false, false).ok(),
+            Some((b"a".to_vec(), b"c".to_vec()))
+        );
+        assert_eq!(
+            key_range("get", &args(&["a"]), ExtraArgs::Ignored, true, false).ok(),
+            Some((b"a".to_vec(), b"b".to_vec()))
+        );
         assert_eq!(key_range("get", &args(&[""]), ExtraArgs::Ignored, true, false).ok(), Some((vec![0], vec![0])));
-        assert_eq!(key_range("get", &args(&["a"]), ExtraArgs::Ignored, false, true).ok(), Some((b"a".to_vec(), vec![0])));
+        assert_eq!(
+            key_range("get", &args(&["a"]), ExtraArgs::Ignored, false, true).ok(),
+            Some((b"a".to_vec(), vec![0]))
+        );
         assert_eq!(key_range("get", &args(&[]), ExtraArgs::Ignored, false, false).map_err(|e| e.code), Err(128));
         assert_eq!(key_range("get", &args(&["a", "b"]), ExtraArgs::Ignored, true, false).map_err(|e| e.code), Err(128));
         assert_eq!(key_range("del", &args(&["a"]), ExtraArgs::Refused, true, true).map_err(|e| e.code), Err(128));
-        assert_eq!(key_range("del", &args(&["a", "b", "c"]), ExtraArgs::Refused, false, false).map_err(|e| e.code), Err(128));
+        assert_eq!(
+            key_range("del", &args(&["a", "b", "c"]), ExtraArgs::Refused, false, false).map_err(|e| e.code),
+            Err(128)
+        );
         assert_eq!(
             key_range("get", &args(&["a", "b", "c"]), ExtraArgs::Ignored, false, false).ok(),
             Some((b"a".to_vec(), b"b".to_vec()))
