@@ -288,7 +288,9 @@ mod tests {
         assert!(parse(argv(&["make-mirror", "--prefix=mm/", "127.0.0.1:2"])).is_ok());
         let failure = parse(argv(&["get", "--prefix=maybe", "a"])).err().expect("refused");
         assert_eq!(failure.code, EXIT_ERROR);
-        assert!(failure.stderr.starts_with("Error: invalid argument \"maybe\" for \"--prefix\" flag: strconv.ParseBool"));
+        assert!(failure
+            .stderr
+            .starts_with("Error: invalid argument \"maybe\" for \"--prefix\" flag: strconv.ParseBool"));
     }
 
     #[test]
