@@ -6,9 +6,9 @@
 mod common;
 
 use std::collections::HashMap;
-use std::process::{Command, Output, Stdio};
+use std::process::{Command, Output};
 
-use common::{error_lines, etcd_tools_present, kvctl, ETCDCTL};
+use common::{error_lines, etcd_tools_present, kvctl, output_with_stdin, ETCDCTL};
 use tests::{Cluster, ClusterConfig, ServerKind, Timing};
 
 /// The ports the README's commands use (the `local-cluster` defaults), member by member.
@@ -122,7 +122,7 @@ impl Run<'_> {
         if !words.iter().any(|w| w.starts_with("--endpoints")) {
             command.env("ETCDCTL_ENDPOINTS", self.cluster.member(0).endpoint());
         }
-        let output = run_with_stdin(command, step.stdin.as_deref());
+        let output = output_with_stdin(command, step.stdin.as_deref());
         if words.get(1..3) == Some(&["lease".to_string(), "grant".to_string()]) {
             let stdout = String::from_utf8_lossy(&output.stdout);
             self.lease = stdout.split_whitespace().nth(1).map(str::to_string);
@@ -190,20 +190,6 @@ fn normalize_tables(lines: &[String]) -> Vec<String> {
     rows.sort();
     out.append(&mut rows);
     out
-}
-
-fn run_with_stdin(mut command: Command, stdin: Option<&str>) -> Output {
-    use std::io::Write;
-    let mut child = command
-        .stdin(if stdin.is_some() { Stdio::piped() } else { Stdio::null() })
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("spawn client");
-    if let Some(input) = stdin {
-        child.stdin.take().expect("stdin").write_all(input.as_bytes()).expect("write stdin");
-    }
-    child.wait_with_output().expect("client output")
 }
 
 /// Numbers of 4+ digits and hex words of 10+ digits become `#`; in tables, padding and rules go.

@@ -100,12 +100,15 @@ impl Server {
 
 /// Runs `program --endpoints=<endpoint> <args>` (etcdctl's v3 API, no endpoints from the env).
 pub fn run(program: &str, endpoint: &str, args: &[&str], stdin: Option<&str>) -> Output {
+    let mut command = Command::new(program);
+    command.env("ETCDCTL_API", "3").env_remove("ETCDCTL_ENDPOINTS").arg(format!("--endpoints={endpoint}")).args(args);
+    output_with_stdin(command, stdin)
+}
+
+/// Runs `command` to its end with `stdin` (or nothing) as its standard input.
+pub fn output_with_stdin(mut command: Command, stdin: Option<&str>) -> Output {
     use std::io::Write;
-    let mut child = Command::new(program)
-        .env("ETCDCTL_API", "3")
-        .env_remove("ETCDCTL_ENDPOINTS")
-        .arg(format!("--endpoints={endpoint}"))
-        .args(args)
+    let mut child = command
         .stdin(if stdin.is_some() { Stdio::piped() } else { Stdio::null() })
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
