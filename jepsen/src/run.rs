@@ -7,7 +7,7 @@
 //! 3. at the time limit, heal everything; the workers finish their last op;
 //! 4. liveness: a write must succeed within `--liveness-timeout` of the heal;
 //! 5. convergence: every member reaches the same revision, then HashKV at that revision;
-//! 6. stop the members, then check the history (linearizability, revisions), the probes and logs,
+//! 6. the workload's final reads; stop the members, then check the history (linearizability, revisions), the probes and logs,
 //!    and write the report.
 
 use std::path::PathBuf;
@@ -15,22 +15,22 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::time::Instant;
+use tonic::transport::Channel;
 use tracing::info;
 
 use crate::checker::convergence::{self, MemberState};
-use crate::checker::register::{self, RegisterOp};
-use crate::checker::{liveness, logs, overall, revision, Anomaly, AnomalyKind, CheckResult, Validity};
+use crate::checker::{liveness, logs, overall, Anomaly, AnomalyKind, CheckResult, Validity};
 use crate::client::{self, HashAnswer};
 use crate::cluster::{Cluster, SIZE};
 use crate::error::Result;
 use crate::history;
 use crate::nemesis::Nemesis;
 use crate::net::Net;
-use crate::options::{FaultKind, TestOptions};
+use crate::options::{FaultKind, TestOptions, WorkloadKind};
 use crate::recorder::{Clock, Recorder};
 use crate::report::{self, OpCounts, Summary};
 use crate::workload::register::RegisterWorkload;
-use crate::workload::WorkerContext;
+use crate::workload::{FinishContext, WorkerContext, Workload};
 use crate::{netns, Error};
 
 /// How long the cluster may take to elect its first leader.
@@ -56,6 +56,15 @@ pub async fn run(opts: TestOptions) -> Result<Outcome> {
             opts.nemesis_interval, opts.election_timeout
         )));
     }
+    match opts.workload {
+        WorkloadKind::Register => {
+            run_workload(RegisterWorkload::new(opts.serializable_reads, opts.ops_per_key, opts.seed), opts).await
+        }
+    }
+}
+
+/// Phases 1 to 6 for one workload.
+async fn run_workload<W: Workload>(workload: W, opts: TestOptions) -> Result<Outcome> {
     netns::prepare()?;
     let dir = report::create_dir(&opts)?;
     info!(dir = %dir.display(), "report folder");
@@ -65,19 +74,20 @@ pub async fn run(opts: TestOptions) -> Result<Outcome> {
     cluster.wait_ready(READY_TIMEOUT).await?;
     info!("cluster ready");
 
-    let recorder: Arc<Recorder<RegisterOp>> = Arc::new(Recorder::create(&dir.join("history.jsonl"), clock)?);
-    let workload = Arc::new(RegisterWorkload::new(opts.serializable_reads, opts.ops_per_key, opts.seed));
+    let recorder: Arc<Recorder<W::Op>> = Arc::new(Recorder::create(&dir.join("history.jsonl"), clock)?);
+    let workload = Arc::new(workload);
     let end = Instant::now() + opts.time_limit();
     let workers = opts.concurrency.unwrap_or(2 * SIZE).max(1);
     let period = Duration::from_secs_f64(workers as f64 / opts.rate.max(0.1));
-    let channels = cluster.channels();
-    let names = cluster.names();
+    let members: Vec<(String, Channel)> = cluster.names().into_iter().zip(cluster.channels()).collect();
     let mut handles = Vec::with_capacity(workers);
     for index in 0..workers {
+        let (member, channel) = members[index % members.len()].clone();
         let ctx = WorkerContext {
             index,
-            channel: channels[index % SIZE].clone(),
-            member: names[index % SIZE].clone(),
+            channel,
+            member,
+            members: members.clone(),
             period,
             op_timeout: opts.op_timeout(),
             end,
@@ -103,20 +113,27 @@ pub async fn run(opts: TestOptions) -> Result<Outcome> {
             probe.hash_skipped.join(", ")
         ));
     }
+    let finish = FinishContext {
+        members: members.clone(),
+        op_timeout: opts.op_timeout(),
+        dir: dir.clone(),
+        converged_revision: probe.agreed_revision,
+    };
+    let finished = workload.finish(&finish, &recorder).await;
     cluster.kill_all()?;
+    finished?;
 
     let ops = recorder.finish()?;
     let counts = OpCounts::of(&ops);
     let mut results = Vec::new();
     match history::pair(ops) {
         Ok(pairs) => {
-            info!(ops = pairs.len(), "checking linearizability");
-            results.push(register::check(&pairs, Duration::from_secs(opts.check_timeout)));
-            results.push(revision::check(&pairs, |op| workload.access(op)));
+            info!(ops = pairs.len(), "checking the history");
+            results.extend(workload.check(&pairs, Duration::from_secs(opts.check_timeout)));
         }
         Err(err) => {
             let anomaly = Anomaly::new(AnomalyKind::Malformed, format!("the history could not be paired: {err}"));
-            results.push(CheckResult::from_anomalies("register", vec![anomaly]));
+            results.push(CheckResult::from_anomalies("history", vec![anomaly]));
         }
     }
     results.push(convergence::check(&probe.members, &probe.unreachable));
@@ -129,9 +146,7 @@ pub async fn run(opts: TestOptions) -> Result<Outcome> {
             after.as_secs_f64()
         ));
     }
-    if opts.serializable_reads {
-        notes.push("reads were serializable: a partition is expected to make the register check invalid".to_string());
-    }
+    notes.extend(workload.notes());
     let valid = overall(&results);
 
     let summary = Summary {
@@ -177,6 +192,8 @@ async fn first_write_after(
 
 /// What the end-of-run convergence probe found.
 struct Probe {
+    /// The revision every member reported, when they agreed before the timeout.
+    agreed_revision: Option<i64>,
     members: Vec<MemberState>,
     unreachable: Vec<String>,
     /// Members whose HashKV is unimplemented: their hash is left at 0, so only revisions compare.
@@ -188,16 +205,19 @@ struct Probe {
 async fn converge(cluster: &Cluster, timeout: Duration, op_timeout: Duration) -> Probe {
     let deadline = Instant::now() + timeout;
     let names = cluster.names();
-    let statuses = loop {
+    let (statuses, agreed_revision) = loop {
         let statuses = cluster.statuses(op_timeout).await;
         let revisions: Vec<i64> = statuses.iter().filter_map(|s| s.as_ref().ok().map(|s| s.revision)).collect();
         let agreed = revisions.len() == names.len() && revisions.windows(2).all(|w| w[0] == w[1]);
-        if agreed || Instant::now() >= deadline {
-            break statuses;
+        if agreed {
+            break (statuses, revisions.first().copied());
+        }
+        if Instant::now() >= deadline {
+            break (statuses, None);
         }
         tokio::time::sleep(PROBE_PAUSE).await;
     };
-    let mut probe = Probe { members: Vec::new(), unreachable: Vec::new(), hash_skipped: Vec::new() };
+    let mut probe = Probe { agreed_revision, members: Vec::new(), unreachable: Vec::new(), hash_skipped: Vec::new() };
     let channels = cluster.channels();
     for ((name, status), channel) in names.iter().zip(&statuses).zip(&channels) {
         let Ok(status) = status else {

@@ -4,16 +4,70 @@
 //! logical process, no retries of writes, unique written values, an indeterminate write recorded
 //! as `info` after which the worker continues under a fresh process id.
 //!
+//! Each workload implements [`Workload`]: its workers run until the end of the run while the
+//! nemesis injects faults; after the final heal and convergence, [`Workload::finish`] may do final
+//! reads (recorded in the history like any op) or collect ground truth; then [`Workload::check`]
+//! judges the paired history.
+//!
 //! - [`register`]: per-key read, write and compare-and-set through Range, Put and Txn.
 
+use std::future::Future;
+use std::path::PathBuf;
+use std::sync::Arc;
 use std::time::Duration;
 
 use rand::rngs::StdRng;
 use rand::Rng;
+use serde::de::DeserializeOwned;
+use serde::Serialize;
 use tokio::time::Instant;
 use tonic::transport::Channel;
 
+use crate::checker::CheckResult;
+use crate::history::OpPair;
+use crate::recorder::Recorder;
+
 pub mod register;
+
+/// What a workload does and how its history is judged.
+pub trait Workload: Send + Sync + 'static {
+    /// The history's `f`/`value` payload.
+    type Op: Clone + std::fmt::Debug + Serialize + DeserializeOwned + Send + Sync + 'static;
+
+    /// Runs one worker until `ctx.end` (no op is invoked after it; the last one may complete later).
+    fn run_worker(self: Arc<Self>, ctx: WorkerContext, recorder: Arc<Recorder<Self::Op>>)
+        -> impl Future<Output = ()> + Send;
+
+    /// After the final heal, once the members agree on a revision (or the convergence wait gave
+    /// up), and before they stop: final reads, ground truth. The default does nothing.
+    fn finish(
+        &self,
+        _ctx: &FinishContext,
+        _recorder: &Recorder<Self::Op>,
+    ) -> impl Future<Output = crate::Result<()>> + Send {
+        async { Ok(()) }
+    }
+
+    /// Judges the history; every result counts towards the run's verdict.
+    fn check(&self, pairs: &[OpPair<Self::Op>], budget: Duration) -> Vec<CheckResult>;
+
+    /// Lines for the report's notes (what a reader needs to judge the verdict).
+    fn notes(&self) -> Vec<String> {
+        Vec::new()
+    }
+}
+
+/// What [`Workload::finish`] can use.
+#[derive(Clone, Debug)]
+pub struct FinishContext {
+    /// Every member's name and channel, in member order.
+    pub members: Vec<(String, Channel)>,
+    pub op_timeout: Duration,
+    /// The report folder (for extra files such as `watches.jsonl`).
+    pub dir: PathBuf,
+    /// The revision every member agreed on, when they did.
+    pub converged_revision: Option<i64>,
+}
 
 /// What one worker needs to run.
 #[derive(Clone, Debug)]
@@ -23,6 +77,8 @@ pub struct WorkerContext {
     /// The member this worker talks to, and its name for the history.
     pub channel: Channel,
     pub member: String,
+    /// Every member's name and channel, in member order (for workers that move between members).
+    pub members: Vec<(String, Channel)>,
     /// The mean pause between two of this worker's ops (workers × this = 1 / rate).
     pub period: Duration,
     pub op_timeout: Duration,

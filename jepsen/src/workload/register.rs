@@ -13,18 +13,20 @@
 //! write or CAS indeterminate: it is recorded `info`, and the worker moves on under a fresh process id.
 
 use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
 use proto::etcdserverpb as pb;
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use tonic::transport::Channel;
 
-use crate::checker::register::{RegisterCas, RegisterOp, RegisterWrite, Versioned};
-use crate::checker::revision::Access;
+use crate::checker::register::{self, RegisterCas, RegisterOp, RegisterWrite, Versioned};
+use crate::checker::revision::{self, Access};
+use crate::checker::CheckResult;
 use crate::client::{self, with_timeout};
-use crate::history::{Op, OpType};
+use crate::history::{Op, OpPair, OpType};
 use crate::recorder::Recorder;
-use crate::workload::WorkerContext;
+use crate::workload::{WorkerContext, Workload};
 
 /// Keys are `<KEY_PREFIX><n>`.
 pub const KEY_PREFIX: &str = "jepsen/register/";
@@ -66,37 +68,6 @@ impl RegisterWorkload {
             RegisterOp::Write(_) => Access::Write,
             RegisterOp::Cas(cas) if cas.succeeded == Some(true) => Access::Write,
             RegisterOp::Cas(_) => Access::Read,
-        }
-    }
-
-    /// Runs one worker until the end of the run.
-    pub async fn run_worker(self: Arc<Self>, ctx: WorkerContext, recorder: Arc<Recorder<RegisterOp>>) {
-        let mut rng =
-            StdRng::seed_from_u64(self.seed.wrapping_mul(0x9e37_79b9_7f4a_7c15).wrapping_add(ctx.index as u64));
-        let mut process = recorder.fresh_process();
-        let mut kv = pb::kv_client::KvClient::new(ctx.channel.clone());
-        while ctx.pace(&mut rng).await {
-            let (key, op) = self.next_op(&mut rng);
-            recorder.record(|t| Op::invoke(process, op.clone(), t).with_key(&key).with_member(&ctx.member));
-            let result = self.execute(&mut kv, &key, &op, &ctx).await;
-            let is_read = matches!(op, RegisterOp::Read(_));
-            let kind = match &result {
-                Ok(_) => OpType::Ok,
-                Err(err) if is_read || err.never_sent => OpType::Fail,
-                Err(_) => OpType::Info,
-            };
-            recorder.record(|t| {
-                let done = Op::new(process, kind, op.clone(), t).with_key(&key).with_member(&ctx.member);
-                match &result {
-                    Ok((payload, revision)) => Op { payload: payload.clone(), ..done.with_revision(*revision) },
-                    Err(err) => done.with_error(&err.text),
-                }
-            });
-            match result {
-                Ok((payload, _)) => self.observe(&key, &payload),
-                Err(_) if kind == OpType::Info => process = recorder.fresh_process(),
-                Err(_) => {}
-            }
         }
     }
 
@@ -201,6 +172,52 @@ impl RegisterWorkload {
 
     fn lock(&self) -> std::sync::MutexGuard<'_, Cursor> {
         self.cursor.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+}
+
+impl Workload for RegisterWorkload {
+    type Op = RegisterOp;
+
+    async fn run_worker(self: Arc<Self>, ctx: WorkerContext, recorder: Arc<Recorder<RegisterOp>>) {
+        let mut rng =
+            StdRng::seed_from_u64(self.seed.wrapping_mul(0x9e37_79b9_7f4a_7c15).wrapping_add(ctx.index as u64));
+        let mut process = recorder.fresh_process();
+        let mut kv = pb::kv_client::KvClient::new(ctx.channel.clone());
+        while ctx.pace(&mut rng).await {
+            let (key, op) = self.next_op(&mut rng);
+            recorder.record(|t| Op::invoke(process, op.clone(), t).with_key(&key).with_member(&ctx.member));
+            let result = self.execute(&mut kv, &key, &op, &ctx).await;
+            let is_read = matches!(op, RegisterOp::Read(_));
+            let kind = match &result {
+                Ok(_) => OpType::Ok,
+                Err(err) if is_read || err.never_sent => OpType::Fail,
+                Err(_) => OpType::Info,
+            };
+            recorder.record(|t| {
+                let done = Op::new(process, kind, op.clone(), t).with_key(&key).with_member(&ctx.member);
+                match &result {
+                    Ok((payload, revision)) => Op { payload: payload.clone(), ..done.with_revision(*revision) },
+                    Err(err) => done.with_error(&err.text),
+                }
+            });
+            match result {
+                Ok((payload, _)) => self.observe(&key, &payload),
+                Err(_) if kind == OpType::Info => process = recorder.fresh_process(),
+                Err(_) => {}
+            }
+        }
+    }
+
+    fn check(&self, pairs: &[OpPair<RegisterOp>], budget: Duration) -> Vec<CheckResult> {
+        vec![register::check(pairs, budget), revision::check(pairs, |op| self.access(op))]
+    }
+
+    fn notes(&self) -> Vec<String> {
+        if self.serializable_reads {
+            vec!["reads were serializable: a partition is expected to make the register check invalid".to_string()]
+        } else {
+            Vec::new()
+        }
     }
 }
 
