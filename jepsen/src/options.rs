@@ -31,6 +31,17 @@ impl Target {
 pub enum WorkloadKind {
     /// Per-key read, write and compare-and-set with unique values; checked for linearizability.
     Register,
+    /// Unique adds to a set through txn compares; final reads; checked with set-full.
+    Set,
+    /// Elle-style transactions appending to and reading per-key lists; checked for cycles.
+    ListAppend,
+    /// Writers plus watchers that resume from their last revision; checked with etcd's watch rules.
+    Watch,
+    /// Puts attached to leases, revokes, keep-alives and expiry.
+    Lease,
+    /// Mixed etcd traffic (puts, deletes, txns, linearizable and serializable ranges) checked
+    /// against the replayed revision history.
+    Mixed,
 }
 
 /// One kind of fault the nemesis injects and later heals.
