@@ -7,6 +7,7 @@
 //! # Layout
 //!
 //! - [`options`]: the flags of `jepsen test` (target, workload, nemesis, seed, timings).
+//! - [`campaign`]: `jepsen campaign`, many child runs over the workload × fault matrix, and their table.
 //! - [`run`]: one run, phase by phase (start, workload + faults, heal, liveness, convergence, checks).
 //! - [`netns`]: re-executing under `unshare --net`, and refusing to touch the host's network.
 //! - [`net`]: partitions as nftables `drop` rules on loopback, by address and by member user id.
@@ -34,6 +35,7 @@
 //!   - [`checker::liveness`]: a write succeeds soon after the final heal.
 //! - [`error`]: the crate's error type (malformed histories, I/O, processes, nft, setup).
 
+pub mod campaign;
 pub mod checker;
 pub mod client;
 pub mod cluster;

@@ -1,12 +1,14 @@
 //! `jepsen`: the fault-injection harness's command line. `jepsen test` runs one test and writes a
-//! report folder; it exits 0 when the run is valid, 1 when invalid, 2 when undecided, 3 when the
-//! run itself failed.
+//! report folder; `jepsen campaign` runs many over the workload × fault matrix and writes a table.
+//! Both exit 0 when everything is valid, 1 when something is invalid, 2 when undecided, 3 when the
+//! harness itself failed.
 
 use std::io::IsTerminal;
 use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
 use jepsen::options::TestOptions;
+use jepsen::campaign::{self, CampaignOptions};
 use jepsen::{netns, report, run};
 
 #[derive(Debug, Parser)]
@@ -21,6 +23,15 @@ enum Command {
     /// Run one test: start a three-member cluster, run a workload while injecting faults, check the
     /// history and write a report folder
     Test(TestOptions),
+    /// Run many tests over the workload × fault matrix (each a child `jepsen test`) and print a
+    /// table of their verdicts
+    #[command(after_help = campaign_help())]
+    Campaign(CampaignOptions),
+}
+
+/// The default fault groups, for `jepsen campaign --help`.
+fn campaign_help() -> String {
+    format!("FAULT GROUPS (default --faults):\n  {}", campaign::FAULT_GROUPS.join("\n  "))
 }
 
 /// The exit code when the harness itself fails (as opposed to the run being invalid).
@@ -28,7 +39,10 @@ const EXIT_ERROR: u8 = 3;
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
-    let Command::Test(opts) = cli.command;
+    let opts = match cli.command {
+        Command::Test(opts) => opts,
+        Command::Campaign(opts) => return run_campaign(&opts),
+    };
     if !netns::is_inside() {
         // Everything the run does to the network happens in a namespace of its own.
         return match netns::reexec() {
@@ -58,6 +72,20 @@ fn main() -> ExitCode {
             print!("{}", report::render(&outcome.summary));
             println!("report: {}", outcome.dir.display());
             ExitCode::from(run::exit_code(outcome.summary.valid))
+        }
+        Err(err) => {
+            eprintln!("jepsen: {err}");
+            ExitCode::from(EXIT_ERROR)
+        }
+    }
+}
+
+fn run_campaign(opts: &CampaignOptions) -> ExitCode {
+    match campaign::run(opts) {
+        Ok((dir, rows)) => {
+            print!("{}", campaign::table(&rows));
+            println!("campaign: {}", dir.display());
+            ExitCode::from(run::exit_code(campaign::overall(&rows)))
         }
         Err(err) => {
             eprintln!("jepsen: {err}");

@@ -23,12 +23,16 @@ pub fn is_inside() -> bool {
 }
 
 /// Runs this same executable with the same arguments under `unshare --net` and waits for it.
+///
+/// The child also gets a PID namespace of its own (`--pid --fork`), in which the harness is PID 1:
+/// when it dies for any reason, even SIGKILL, the kernel kills every member it started, and
+/// `--kill-child` ends the harness when `unshare` itself is killed. No member outlives its run.
 pub fn reexec() -> Result<ExitStatus> {
     let exe = std::env::current_exe().map_err(Error::system("locate the jepsen executable"))?;
     let args: Vec<OsString> = std::env::args_os().skip(1).collect();
     let outer = namespace_of(Path::new(SELF_NS))?;
     Command::new("unshare")
-        .arg("--net")
+        .args(["--net", "--pid", "--fork", "--kill-child"])
         .arg("--")
         .arg(exe)
         .args(args)
