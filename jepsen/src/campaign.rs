@@ -83,14 +83,20 @@ pub struct CampaignOptions {
 /// The default fault groups: every fault kind appears in one group, and each group mixes faults
 /// of one family so a run's windows stay interpretable.
 pub const FAULT_GROUPS: &[&str] = &[
-    "partition-one+partition-leader+bridge",
+    "partition-one+partition-leader+bridge+one-way",
     "kill-one+kill-leader+kill-all",
     "pause-one+pause-leader",
+    "member-shrink-grow+compact+blackhole-snapshot",
+    "delay+loss+client-cut",
 ];
 
 /// The smoke campaign: (workload, fault group) pairs, 30 s each.
-const SMOKE: &[(WorkloadKind, &str)] =
-    &[(WorkloadKind::Register, "partition-leader+kill-leader"), (WorkloadKind::Register, "pause-leader+bridge")];
+const SMOKE: &[(WorkloadKind, &str)] = &[
+    (WorkloadKind::Register, "partition-leader+kill-leader"),
+    (WorkloadKind::ListAppend, "pause-leader+one-way"),
+    (WorkloadKind::Watch, "kill-all+compact"),
+    (WorkloadKind::Mixed, "member-shrink-grow+delay"),
+];
 
 /// Seconds of workload per smoke run.
 const SMOKE_TIME_LIMIT: u64 = 30;
@@ -158,11 +164,8 @@ pub fn plan(opts: &CampaignOptions) -> Result<Vec<Plan>> {
             cells.push((*workload, parse_group(group)?));
         }
     } else {
-        let workloads: Vec<WorkloadKind> = if opts.workloads.is_empty() {
-            WorkloadKind::value_variants().to_vec()
-        } else {
-            opts.workloads.clone()
-        };
+        let workloads: Vec<WorkloadKind> =
+            if opts.workloads.is_empty() { WorkloadKind::value_variants().to_vec() } else { opts.workloads.clone() };
         let groups: Vec<String> = if opts.faults.is_empty() {
             FAULT_GROUPS.iter().map(|g| g.to_string()).collect()
         } else {
@@ -297,7 +300,8 @@ fn verdict(row: &Row) -> &'static str {
 
 /// One line of progress for a finished run.
 fn describe(row: &Row) -> String {
-    let mut text = format!("{} ({} ok, {} fail, {} info, {:.0} s)", verdict(row), row.ok, row.fail, row.info, row.seconds);
+    let mut text =
+        format!("{} ({} ok, {} fail, {} info, {:.0} s)", verdict(row), row.ok, row.fail, row.info, row.seconds);
     if !row.failed_checkers.is_empty() {
         let _ = write!(text, " [{}]", row.failed_checkers.join(", "));
     }
@@ -317,8 +321,8 @@ pub fn table(rows: &[Row]) -> String {
     let mut out = String::new();
     let _ = writeln!(
         out,
-        "{:<6} {:<11} {:<44} {:>4} {:>8} {:>6} {:>5} {:>5}  {}",
-        "target", "workload", "faults", "seed", "verdict", "ok", "fail", "info", "seconds"
+        "{:<6} {:<11} {:<44} {:>4} {:>8} {:>6} {:>5} {:>5}  seconds",
+        "target", "workload", "faults", "seed", "verdict", "ok", "fail", "info"
     );
     for row in rows {
         let _ = writeln!(
@@ -333,7 +337,11 @@ pub fn table(rows: &[Row]) -> String {
             row.fail,
             row.info,
             row.seconds,
-            if row.failed_checkers.is_empty() { String::new() } else { format!("  {}", row.failed_checkers.join(", ")) }
+            if row.failed_checkers.is_empty() {
+                String::new()
+            } else {
+                format!("  {}", row.failed_checkers.join(", "))
+            }
         );
     }
     for target in [Target::Ours, Target::Etcd] {

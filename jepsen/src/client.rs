@@ -1,5 +1,6 @@
 //! Talking to one member over etcd's gRPC API: channels and the probes the runner needs (Status,
-//! HashKV). Workloads build their own requests on the same channels.
+//! HashKV), and the nemesis's cluster calls (members, compaction). Workloads build their own
+//! requests on the same channels.
 //!
 //! Every call is bounded by a timeout on the future itself, so a paused member or a stalled
 //! connection costs at most that long; the expired call is dropped (cancelled), never retried.
@@ -88,6 +89,61 @@ pub async fn put(channel: &Channel, key: &str, value: &str, timeout: Duration) -
         pb::PutRequest { key: key.as_bytes().to_vec(), value: value.as_bytes().to_vec(), ..Default::default() };
     let response = with_timeout(timeout, client.put(request)).await?;
     Ok(response.header.map_or(0, |h| h.revision))
+}
+
+/// A member as Cluster.MemberList shows it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ListedMember {
+    pub id: u64,
+    /// Empty for a member added but not started yet.
+    pub name: String,
+    pub peer_urls: Vec<String>,
+    pub is_learner: bool,
+}
+
+impl From<pb::Member> for ListedMember {
+    fn from(member: pb::Member) -> ListedMember {
+        ListedMember { id: member.id, name: member.name, peer_urls: member.peer_ur_ls, is_learner: member.is_learner }
+    }
+}
+
+/// Cluster.MemberList, linearizable (so a member cut off from the leader errs rather than answer
+/// with an old membership).
+pub async fn member_list(channel: &Channel, timeout: Duration) -> Result<Vec<ListedMember>, tonic::Status> {
+    let mut client = pb::cluster_client::ClusterClient::new(channel.clone());
+    let response = with_timeout(timeout, client.member_list(pb::MemberListRequest { linearizable: true })).await?;
+    Ok(response.members.into_iter().map(ListedMember::from).collect())
+}
+
+/// Cluster.MemberAdd; returns the new member (its id is assigned by the cluster).
+pub async fn member_add(
+    channel: &Channel,
+    peer_url: &str,
+    is_learner: bool,
+    timeout: Duration,
+) -> Result<ListedMember, tonic::Status> {
+    let mut client = pb::cluster_client::ClusterClient::new(channel.clone());
+    let request = pb::MemberAddRequest { peer_ur_ls: vec![peer_url.to_string()], is_learner };
+    let response = with_timeout(timeout, client.member_add(request)).await?;
+    response.member.map(ListedMember::from).ok_or_else(|| tonic::Status::internal("MemberAdd answered no member"))
+}
+
+/// Cluster.MemberRemove.
+pub async fn member_remove(channel: &Channel, id: u64, timeout: Duration) -> Result<(), tonic::Status> {
+    let mut client = pb::cluster_client::ClusterClient::new(channel.clone());
+    with_timeout(timeout, client.member_remove(pb::MemberRemoveRequest { id })).await.map(|_| ())
+}
+
+/// Cluster.MemberPromote (learner to voter).
+pub async fn member_promote(channel: &Channel, id: u64, timeout: Duration) -> Result<(), tonic::Status> {
+    let mut client = pb::cluster_client::ClusterClient::new(channel.clone());
+    with_timeout(timeout, client.member_promote(pb::MemberPromoteRequest { id })).await.map(|_| ())
+}
+
+/// KV.Compact at `revision`; with `physical` the answer waits until this member has compacted.
+pub async fn compact(channel: &Channel, revision: i64, physical: bool, timeout: Duration) -> Result<(), tonic::Status> {
+    let mut client = pb::kv_client::KvClient::new(channel.clone());
+    with_timeout(timeout, client.compact(pb::CompactionRequest { revision, physical })).await.map(|_| ())
 }
 
 /// Whether the request certainly never reached the server: the connection could not be made

@@ -13,7 +13,7 @@ use crate::client::{self, MemberStatus};
 use crate::error::{Error, Result};
 use crate::member::Member;
 use crate::net::Host;
-use crate::options::TestOptions;
+use crate::options::{Target, TestOptions};
 
 /// The number of members.
 pub const SIZE: usize = 3;
@@ -23,12 +23,20 @@ const FIRST_OCTET: u8 = 11;
 const UID_BASE: u32 = 60_000;
 /// How long Status may take while looking for the leader.
 const PROBE_TIMEOUT: Duration = Duration::from_secs(1);
+/// The log filter of our members: the default (info, openraft at warn) plus openraft's state
+/// machine worker, whose info lines say when a snapshot is built, sent and installed (the
+/// blackhole-snapshot fault looks for them).
+const OURS_LOG_FILTER: &str = "info,openraft=warn,openraft::core::sm::worker=info";
 
 /// Running members; every process is killed when this is dropped.
 pub struct Cluster {
     pub members: Vec<Member>,
-    /// Each member's id, learned from its Status header once the cluster is up.
+    /// Each member's id, learned from its Status header once the cluster is up; a member removed
+    /// from the cluster has 0 until it is added back (under a new id).
     member_ids: Vec<u64>,
+    pub target: Target,
+    /// The `--snapshot-count` every member got (`None`: the server's default).
+    pub snapshot_count: Option<u64>,
 }
 
 impl Cluster {
@@ -52,15 +60,23 @@ impl Cluster {
             format!("--heartbeat-interval={}", opts.heartbeat_interval),
             format!("--election-timeout={}", opts.election_timeout),
         ];
-        if let Some(count) = opts.snapshot_count {
+        if let Some(count) = opts.effective_snapshot_count() {
             cluster_args.push(format!("--snapshot-count={count}"));
         }
         let mut members = Vec::with_capacity(SIZE);
         for (name, host) in names.iter().zip(hosts) {
             members.push(Member::new(name, host, &binary, root, &cluster_args)?);
         }
-        let mut cluster = Cluster { members, member_ids: Vec::new() };
+        let mut cluster = Cluster {
+            members,
+            member_ids: Vec::new(),
+            target: opts.target,
+            snapshot_count: opts.effective_snapshot_count(),
+        };
         for member in &mut cluster.members {
+            if opts.target == Target::Ours {
+                member.set_env("RUST_LOG", OURS_LOG_FILTER);
+            }
             member.start()?;
         }
         info!(binary = %binary.display(), "started {SIZE} members");
@@ -112,6 +128,11 @@ impl Cluster {
         self.members.iter().map(|m| m.name.clone()).collect()
     }
 
+    /// Each member's peer URL, in member order.
+    pub fn peer_urls(&self) -> Vec<String> {
+        self.members.iter().map(|m| m.peer_url()).collect()
+    }
+
     /// Status of every member (in order), or why it did not answer.
     pub async fn statuses(&self, timeout: Duration) -> Vec<Result<MemberStatus, String>> {
         let probes = self.members.iter().map(|m| async move {
@@ -131,6 +152,26 @@ impl Cluster {
             .and_then(|s| self.member_ids.iter().position(|&id| id == s.leader))
     }
 
+    /// Member `index`'s id as last learned (0 while it is removed).
+    pub fn member_id(&self, index: usize) -> u64 {
+        self.member_ids.get(index).copied().unwrap_or(0)
+    }
+
+    /// Records member `index`'s id after a membership change (0: removed), so that leader lookup
+    /// keeps working when a member comes back under a new id.
+    pub fn set_member_id(&mut self, index: usize, id: u64) {
+        if self.member_ids.len() <= index {
+            self.member_ids.resize(index + 1, 0);
+        }
+        self.member_ids[index] = id;
+    }
+
+    /// Whether member `index` is out of the cluster (removed and not added back yet): it must not
+    /// be restarted with its bootstrap flags.
+    pub fn is_removed(&self, index: usize) -> bool {
+        self.member_ids.get(index) == Some(&0)
+    }
+
     /// SIGKILLs every member.
     pub fn kill_all(&mut self) -> Result<()> {
         for member in &mut self.members {
@@ -140,8 +181,9 @@ impl Cluster {
     }
 }
 
-/// Member i (from 0) is 127.0.0.(11+i), running as uid 60011+i.
-fn hosts() -> Vec<Host> {
+/// Member i (from 0) is 127.0.0.(11+i), running as uid 60011+i. Public so that the network can be
+/// set up before the members start (see [`crate::net::Net::setup_with`]).
+pub fn hosts() -> Vec<Host> {
     (0..SIZE)
         .map(|i| {
             let octet = FIRST_OCTET + i as u8;

@@ -10,14 +10,26 @@
 //! - [`campaign`]: `jepsen campaign`, many child runs over the workload × fault matrix, and their table.
 //! - [`run`]: one run, phase by phase (start, workload + faults, heal, liveness, convergence, checks).
 //! - [`netns`]: re-executing under `unshare --net`, and refusing to touch the host's network.
-//! - [`net`]: partitions as nftables `drop` rules on loopback, by address and by member user id.
+//! - [`net`]: partitions, one-way drops, client cuts and random loss as nftables `drop` rules on
+//!   loopback (by address and by member user id); link delay through [`proxy`], a relay per peer
+//!   link that can hold bytes back.
 //! - [`cluster`] and [`member`]: member processes on 127.0.0.11..13, each under its own user id;
 //!   SIGKILL and restart on the same data dir, SIGSTOP/SIGCONT, leader lookup.
 //! - [`nemesis`]: the seeded fault schedule and the faults themselves.
+//!   - [`membership`]: remove a member, add it back through learner → voter, repair at the final
+//!     heal so that every member is a voter (`member-shrink-grow`).
+//!   - [`truncation`]: compaction (`compact`), and a follower cut off until the leader has
+//!     snapshotted and dropped the log it needs (`blackhole-snapshot`).
 //! - [`client`]: gRPC channels and probes (Status, HashKV, a liveness Put), each bounded by a timeout.
-//! - [`workload`]: what the workers do; [`workload::register`] is read/write/CAS per key.
+//! - [`workload`]: what the workers do; [`workload::register`] is read/write/CAS per key,
+//!   [`workload::set`] unique adds and whole-set reads, [`workload::list_append`] Elle-style txns,
+//!   [`workload::lease`] grants, leased puts, revokes, keep-alives and expiry, [`workload::watch`]
+//!   writers and resuming watchers, [`workload::mixed`] puts, deletes, txns and (serializable)
+//!   ranges; [`workload::truth`] collects the ground truth (every event persisted) they are judged by.
 //! - [`recorder`]: the run's clock and the history as it is written (`history.jsonl`).
 //! - [`report`]: the report folder (`summary.txt`, `summary.json`, history, nemesis log, member logs).
+//! - [`plot`]: the report's `latency.png` and `throughput.png`, fault windows shaded; [`html`]: its
+//!   `index.html`.
 //! - [`history`]: Jepsen-shaped operations (`{process, type, f, value, time_ns}`), JSONL reading and
 //!   writing, and pairing of invocations with their completions (`info` = indeterminate).
 //! - [`checker`]: the common [`CheckResult`] and one module per checker:
@@ -29,6 +41,9 @@
 //!     ww/wr/rw/real-time dependency cycles).
 //!   - [`checker::graph`]: the dependency graph, strongly connected components and cycle extraction.
 //!   - [`checker::watch`]: etcd's watch guarantees checked against a ground-truth event list.
+//!   - [`checker::kv_model`]: the keyspace replayed from the ground truth; every read and write
+//!     checked at its header revision, lost and unexpected writes.
+//!   - [`checker::lease`]: etcd's lease promises (gone stays gone, no early expiry, expiry happens).
 //!   - [`checker::revision`]: header revisions never go back in real time.
 //!   - [`checker::convergence`]: after heal every member reports the same revision and `HashKV`.
 //!   - [`checker::logs`]: panics and fatal errors in member logs.
@@ -41,14 +56,19 @@ pub mod client;
 pub mod cluster;
 pub mod error;
 pub mod history;
+pub mod html;
 pub mod member;
+pub mod membership;
 pub mod nemesis;
 pub mod net;
 pub mod netns;
 pub mod options;
+pub mod plot;
+pub mod proxy;
 pub mod recorder;
 pub mod report;
 pub mod run;
+pub mod truncation;
 pub mod workload;
 
 pub use checker::{Anomaly, AnomalyKind, CheckResult, Validity};

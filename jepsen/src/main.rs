@@ -7,8 +7,8 @@ use std::io::IsTerminal;
 use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
-use jepsen::options::TestOptions;
 use jepsen::campaign::{self, CampaignOptions};
+use jepsen::options::TestOptions;
 use jepsen::{netns, report, run};
 
 #[derive(Debug, Parser)]

@@ -26,8 +26,13 @@ pub struct Member {
     pub host: Host,
     binary: PathBuf,
     /// The flags of the first start, reused on every restart (the bootstrap flags are then ignored
-    /// by the server, which recovers from its data dir).
+    /// by the server, which recovers from its data dir); [`Member::rejoin`] swaps the bootstrap
+    /// flags for those of a member joining a running cluster.
     args: Vec<String>,
+    /// Extra environment of the process (e.g. a log filter).
+    env: Vec<(String, String)>,
+    /// The server's `--data-dir`; removed when the member leaves the cluster for good.
+    data_dir: PathBuf,
     log_path: PathBuf,
     child: Option<Child>,
     paused: bool,
@@ -53,9 +58,10 @@ impl Member {
         )))?;
         let client_url = url(host, CLIENT_PORT);
         let peer_url = url(host, PEER_PORT);
+        let data_dir = dir.join("data");
         let mut args = vec![
             format!("--name={name}"),
-            format!("--data-dir={}", dir.join("data").display()),
+            format!("--data-dir={}", data_dir.display()),
             format!("--listen-client-urls={client_url}"),
             format!("--advertise-client-urls={client_url}"),
             format!("--listen-peer-urls={peer_url}"),
@@ -67,6 +73,8 @@ impl Member {
             host,
             binary: binary.to_path_buf(),
             args,
+            env: Vec::new(),
+            data_dir,
             log_path: root.join(format!("{name}.log")),
             child: None,
             paused: false,
@@ -83,6 +91,52 @@ impl Member {
         &self.log_path
     }
 
+    /// The URL peers reach this member on (`http://127.0.0.12:2380`).
+    pub fn peer_url(&self) -> String {
+        url(self.host, PEER_PORT)
+    }
+
+    /// Sets an environment variable for the next starts.
+    pub fn set_env(&mut self, key: &str, value: &str) {
+        self.env.retain(|(k, _)| k != key);
+        self.env.push((key.to_string(), value.to_string()));
+    }
+
+    /// Makes the next start join a running cluster that already lists this member (after
+    /// `MemberAdd`), as etcd's docs say: `--initial-cluster-state=existing` and an
+    /// `--initial-cluster` naming the current members plus this one.
+    pub fn rejoin(&mut self, initial_cluster: &str) {
+        self.args.retain(|arg| !arg.starts_with("--initial-cluster=") && !arg.starts_with("--initial-cluster-state="));
+        self.args.push(format!("--initial-cluster={initial_cluster}"));
+        self.args.push("--initial-cluster-state=existing".to_string());
+    }
+
+    /// Removes the data dir of a stopped member (a removed member must not come back with its
+    /// old identity and log).
+    pub fn wipe_data(&mut self) -> Result<()> {
+        if self.child.is_some() {
+            return Err(Error::Setup(format!("{} is running; kill it before wiping its data", self.name)));
+        }
+        match std::fs::remove_dir_all(&self.data_dir) {
+            Err(err) if err.kind() != std::io::ErrorKind::NotFound => {
+                Err(Error::System { what: format!("remove {}", self.data_dir.display()), source: err })
+            }
+            _ => Ok(()),
+        }
+    }
+
+    /// How many bytes the log holds now (to read only what comes after, see [`Member::log_since`]).
+    pub fn log_len(&self) -> u64 {
+        std::fs::metadata(&self.log_path).map_or(0, |m| m.len())
+    }
+
+    /// What the member logged after the first `offset` bytes.
+    pub fn log_since(&self, offset: u64) -> String {
+        let bytes = std::fs::read(&self.log_path).unwrap_or_default();
+        let start = usize::try_from(offset).unwrap_or(usize::MAX).min(bytes.len());
+        String::from_utf8_lossy(&bytes[start..]).into_owned()
+    }
+
     /// Starts the process, appending its stdout and stderr to `<name>.log`.
     pub fn start(&mut self) -> Result<()> {
         let log = OpenOptions::new()
@@ -96,6 +150,7 @@ impl Member {
             .uid(self.host.uid)
             .gid(self.host.uid)
             .env_remove("RUST_LOG")
+            .envs(self.env.iter().map(|(key, value)| (key, value)))
             .stdin(Stdio::null())
             .stdout(log)
             .stderr(stderr)

@@ -17,11 +17,14 @@ use serde::Serialize;
 use tokio::time::Instant;
 use tracing::{info, warn};
 
+use crate::checker::{Anomaly, AnomalyKind, CheckResult};
 use crate::cluster::Cluster;
 use crate::error::{Error, Result};
+use crate::membership::{self, Change};
 use crate::net::Net;
 use crate::options::FaultKind;
 use crate::recorder::Clock;
+use crate::truncation::{self, Blackhole};
 
 /// A fault in force, and what healing it takes.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -32,6 +35,14 @@ enum Active {
     Killed(Vec<usize>),
     /// These members are stopped; heal continues them.
     Paused(Vec<usize>),
+    /// This member was removed from the cluster; heal adds it back through learner → voter.
+    Removed(usize),
+    /// Nothing to heal (a compaction, or a membership change that did not happen).
+    NothingToHeal,
+    /// A follower is cut off until the leader snapshotted past it; heal reconnects it.
+    Blackholed(Blackhole),
+    /// Peer links are delayed in their proxies; heal clears the delay.
+    Delayed,
 }
 
 /// One line of `nemesis.jsonl`.
@@ -51,6 +62,12 @@ pub struct Nemesis {
     clock: Clock,
     log: BufWriter<File>,
     events: Vec<NemesisEvent>,
+    /// The highest revision a `compact` fault compacted (or may have, after a timeout).
+    compact_revision: Option<i64>,
+    /// blackhole-snapshot heals, and how many of them saw the follower install a snapshot.
+    blackholes: (usize, usize),
+    /// What the final heal could not restore (a member left out or a learner).
+    heal_failures: Vec<String>,
 }
 
 impl Nemesis {
@@ -59,12 +76,54 @@ impl Nemesis {
         let kinds: Vec<FaultKind> = kinds.iter().copied().filter(|k| *k != FaultKind::None).collect();
         // A stream of its own, so that the workers' use of the seed does not shift the faults.
         let rng = StdRng::seed_from_u64(seed ^ 0x6e65_6d65_7369_7321);
-        Ok(Nemesis { kinds, rng, clock, log: BufWriter::new(file), events: Vec::new() })
+        Ok(Nemesis {
+            kinds,
+            rng,
+            clock,
+            log: BufWriter::new(file),
+            events: Vec::new(),
+            compact_revision: None,
+            blackholes: (0, 0),
+            heal_failures: Vec::new(),
+        })
     }
 
     /// Everything that happened, in order.
     pub fn events(&self) -> &[NemesisEvent] {
         &self.events
+    }
+
+    /// The highest revision compacted during the run (counting compactions that timed out and so
+    /// may have happened): history at or below it is gone, which workloads that replay history
+    /// from revision 1 must take into account.
+    pub fn compact_revision(&self) -> Option<i64> {
+        self.compact_revision
+    }
+
+    /// Lines for the report's notes about the cluster-level faults.
+    pub fn notes(&self) -> Vec<String> {
+        let mut notes = Vec::new();
+        if let Some(revision) = self.compact_revision {
+            notes.push(format!("compact: the keyspace was compacted up to revision {revision}"));
+        }
+        let (healed, installed) = self.blackholes;
+        if healed > 0 {
+            notes.push(format!(
+                "blackhole-snapshot: the follower's log shows a snapshot install after {installed} of {healed} heals"
+            ));
+        }
+        notes
+    }
+
+    /// The nemesis's own verdict: `Unknown` when the final heal could not give back three voting
+    /// members (the checks after it then judge a different cluster than the run meant to).
+    pub fn check(&self) -> CheckResult {
+        let anomalies = self
+            .heal_failures
+            .iter()
+            .map(|failure| Anomaly::new(AnomalyKind::Unreachable, format!("final heal: {failure}")))
+            .collect();
+        CheckResult::from_anomalies("nemesis", anomalies)
     }
 
     /// Runs the fault schedule until `end`, then heals everything. Returns when all is healed.
@@ -117,6 +176,50 @@ impl Nemesis {
                 cluster.members[victim].pause()?;
                 (Active::Paused(vec![victim]), format!("paused {}{why}", cluster.members[victim].name))
             }
+            FaultKind::MemberShrinkGrow => {
+                let victim = self.rng.gen_range(0..size);
+                let why = if cluster.leader().await == Some(victim) { " (leader)" } else { "" };
+                match membership::shrink(cluster, victim, why).await? {
+                    Change::Done(detail) => (Active::Removed(victim), detail),
+                    Change::Failed(detail) => (Active::NothingToHeal, detail),
+                }
+            }
+            FaultKind::Compact => {
+                let compaction = truncation::compact(cluster, &mut self.rng).await;
+                self.compact_revision = self.compact_revision.max(compaction.revision);
+                (Active::NothingToHeal, compaction.detail)
+            }
+            FaultKind::BlackholeSnapshot => {
+                let (hole, detail) = truncation::blackhole(cluster, net, &mut self.rng).await?;
+                (Active::Blackholed(hole), detail)
+            }
+            FaultKind::OneWay => {
+                let (from, why) = self.victim(true, cluster).await;
+                let to = (from + self.rng.gen_range(1..size)) % size;
+                net.cut(&[(from, to)]).await?;
+                let (nf, nt) = (&cluster.members[from].name, &cluster.members[to].name);
+                (Active::Partition, format!("dropping {nf}->{nt} only{why}"))
+            }
+            FaultKind::ClientCut => {
+                let leader = self.rng.gen_bool(0.5);
+                let (victim, why) = self.victim(leader, cluster).await;
+                net.cut_clients(victim).await?;
+                (Active::Partition, format!("cut the clients off {}'s client port{why}", cluster.members[victim].name))
+            }
+            FaultKind::Delay => {
+                let (members, whose) = if self.rng.gen_bool(0.5) {
+                    ((0..size).collect(), "every peer link".to_string())
+                } else {
+                    let victim = self.rng.gen_range(0..size);
+                    (vec![victim], format!("{}'s peer links", cluster.members[victim].name))
+                };
+                let delay = net.delay(&members)?;
+                (Active::Delayed, format!("delayed {whose} by {delay} each way"))
+            }
+            FaultKind::Loss => {
+                net.lose().await?;
+                (Active::Partition, format!("dropping {}% of peer packets", net.shaping().loss_percent))
+            }
         };
         self.event("start", kind, detail)?;
         Ok(active)
@@ -144,23 +247,54 @@ impl Nemesis {
                 }
                 format!("resumed {}", names.join(", "))
             }
+            Active::Removed(victim) => match membership::grow(cluster, victim).await? {
+                Change::Done(detail) => detail,
+                // The final heal tries again.
+                Change::Failed(detail) => format!("FAILED: {detail}"),
+            },
+            Active::NothingToHeal => "nothing to heal".to_string(),
+            Active::Delayed => {
+                net.clear_delay();
+                "removed the delay".to_string()
+            }
+            Active::Blackholed(hole) => {
+                let (detail, installed) = truncation::heal_blackhole(cluster, net, &hole).await?;
+                self.blackholes.0 += 1;
+                self.blackholes.1 += usize::from(installed);
+                detail
+            }
         };
         self.event("stop", kind, detail)
     }
 
-    /// The final heal: no rules, no stopped or dead member, whatever happened before.
+    /// The final heal: no rules, no stopped or dead member, every member a voter, whatever
+    /// happened before.
     async fn heal_everything(&mut self, cluster: &mut Cluster, net: &Net) -> Result<()> {
         net.heal().await?;
-        for member in &mut cluster.members {
+        // A removed member must not restart with its bootstrap flags: the membership repair below
+        // adds it back.
+        let removed: Vec<bool> = (0..cluster.members.len()).map(|i| cluster.is_removed(i)).collect();
+        for (member, removed) in cluster.members.iter_mut().zip(removed) {
             if member.is_paused() {
                 member.resume()?;
             }
-            if !member.is_running() {
+            if !member.is_running() && !removed {
                 warn!(member = %member.name, "not running at the final heal; starting it");
                 member.start()?;
             }
         }
-        self.event("stop", FaultKind::None, "final heal".to_string())
+        if self.kinds.contains(&FaultKind::MemberShrinkGrow) {
+            let (restored, failed) = membership::restore_voters(cluster).await?;
+            for detail in restored {
+                self.event("stop", FaultKind::MemberShrinkGrow, format!("final heal: {detail}"))?;
+            }
+            self.heal_failures.extend(failed);
+        }
+        let detail = match self.heal_failures.is_empty() {
+            true => "final heal".to_string(),
+            false => format!("final heal, FAILED: {}", self.heal_failures.join("; ")),
+        };
+        self.event("stop", FaultKind::None, detail)
     }
 
     /// A random member, or the leader when `leader` (falling back to a random member).

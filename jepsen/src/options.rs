@@ -66,6 +66,26 @@ pub enum FaultKind {
     PauseOne,
     /// SIGSTOP the leader (for longer than the election timeout); heal sends SIGCONT.
     PauseLeader,
+    /// Remove a random member (sometimes the leader) with MemberRemove, kill it and wipe its data;
+    /// heal adds it back as a learner under the same name and peer URL, lets it catch up and
+    /// promotes it to voter (it gets a new member id).
+    MemberShrinkGrow,
+    /// Compact the keyspace a few revisions behind the current one (sometimes physically);
+    /// nothing to heal.
+    Compact,
+    /// Isolate a follower, then write filler entries until the leader has taken a snapshot and
+    /// dropped the log the follower still needs; heal lets it catch up by snapshot install. Sets
+    /// `--snapshot-count` to 100 unless given.
+    BlackholeSnapshot,
+    /// Drop packets from one member (the leader when known) to one other only, not back.
+    OneWay,
+    /// Cut the clients (127.0.0.1) off from one member's client port, both ways; peers still talk.
+    ClientCut,
+    /// Add `--delay-ms` ± `--delay-jitter-ms` to every peer link, or to one member's links (through
+    /// a proxy per link, in the path from the start of the run).
+    Delay,
+    /// Drop `--loss-percent` of the packets on every peer link, at random.
+    Loss,
 }
 
 impl FaultKind {
@@ -80,9 +100,20 @@ impl FaultKind {
             FaultKind::KillAll => "kill-all",
             FaultKind::PauseOne => "pause-one",
             FaultKind::PauseLeader => "pause-leader",
+            FaultKind::MemberShrinkGrow => "member-shrink-grow",
+            FaultKind::Compact => "compact",
+            FaultKind::BlackholeSnapshot => "blackhole-snapshot",
+            FaultKind::OneWay => "one-way",
+            FaultKind::ClientCut => "client-cut",
+            FaultKind::Delay => "delay",
+            FaultKind::Loss => "loss",
         }
     }
 }
+
+/// The `--snapshot-count` a run with `blackhole-snapshot` uses unless told otherwise: low enough
+/// that a fault window's filler writes pass it several times.
+pub const AUTO_SNAPSHOT_COUNT: u64 = 100;
 
 /// `jepsen test`: one run.
 #[derive(Debug, Clone, Args, Serialize)]
@@ -157,6 +188,18 @@ pub struct TestOptions {
     #[arg(long)]
     pub snapshot_count: Option<u64>,
 
+    /// delay: milliseconds added to each direction of a delayed peer link
+    #[arg(long, default_value_t = crate::net::DEFAULT_DELAY_MS)]
+    pub delay_ms: u64,
+
+    /// delay: the added latency varies by up to this many milliseconds either way
+    #[arg(long, default_value_t = crate::net::DEFAULT_JITTER_MS)]
+    pub delay_jitter_ms: u64,
+
+    /// loss: the share of peer packets dropped, in percent
+    #[arg(long, default_value_t = crate::net::DEFAULT_LOSS_PERCENT, value_parser = percent)]
+    pub loss_percent: u8,
+
     /// register: how many ops go to one key before the workers move on to a fresh key
     #[arg(long, default_value_t = 50)]
     pub ops_per_key: u64,
@@ -165,6 +208,11 @@ pub struct TestOptions {
     /// with partitions is expected to be reported invalid.
     #[arg(long)]
     pub serializable_reads: bool,
+
+    /// lease: the TTL the workload asks for, in seconds; must exceed the election timeout (etcd
+    /// raises it to at least 1.5 election timeouts)
+    #[arg(long, default_value_t = 3)]
+    pub lease_ttl: u64,
 
     /// where report folders go (default: `<temp dir>/jepsen`)
     #[arg(long)]
@@ -186,6 +234,23 @@ impl TestOptions {
 
     pub fn nemesis_interval(&self) -> Duration {
         Duration::from_secs(self.nemesis_interval)
+    }
+
+    /// The `--snapshot-count` the members get: the flag, else [`AUTO_SNAPSHOT_COUNT`] when
+    /// `blackhole-snapshot` is among the faults (it needs snapshots within one fault window),
+    /// else none (the server's default).
+    pub fn effective_snapshot_count(&self) -> Option<u64> {
+        self.snapshot_count.or(self.nemesis.contains(&FaultKind::BlackholeSnapshot).then_some(AUTO_SNAPSHOT_COUNT))
+    }
+
+    /// A note for the report when the run chose `--snapshot-count` by itself.
+    pub fn snapshot_count_note(&self) -> Option<String> {
+        match (self.snapshot_count, self.effective_snapshot_count()) {
+            (None, Some(count)) => Some(format!(
+                "--snapshot-count={count} was set on every member because blackhole-snapshot needs frequent snapshots"
+            )),
+            _ => None,
+        }
     }
 
     /// The server binary: the flag, else the target's default.
@@ -217,6 +282,14 @@ impl TestOptions {
     }
 }
 
+/// A whole percentage, 0 to 100 (for `--loss-percent`).
+fn percent(text: &str) -> Result<u8, String> {
+    match text.parse::<u8>() {
+        Ok(value) if value <= 100 => Ok(value),
+        _ => Err(format!("`{text}` is not a whole percentage from 0 to 100")),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use clap::Parser;
@@ -239,5 +312,17 @@ mod tests {
         let etcd = Cli::try_parse_from(["jepsen", "--target", "etcd"]).expect("valid flags").test;
         assert_eq!(etcd.server_bin(), PathBuf::from("/usr/bin/etcd"));
         assert!(Cli::try_parse_from(["jepsen", "--nemesis", "flood"]).is_err());
+    }
+
+    #[test]
+    fn blackhole_snapshot_lowers_the_snapshot_count_unless_given() {
+        let parse = |args: &[&str]| Cli::try_parse_from(["jepsen"].iter().chain(args)).expect("valid flags").test;
+        let auto = parse(&["--nemesis", "compact,blackhole-snapshot"]);
+        assert_eq!(auto.effective_snapshot_count(), Some(AUTO_SNAPSHOT_COUNT));
+        assert!(auto.snapshot_count_note().is_some_and(|note| note.contains("--snapshot-count=100")));
+        let given = parse(&["--nemesis", "blackhole-snapshot", "--snapshot-count", "500"]);
+        assert_eq!((given.effective_snapshot_count(), given.snapshot_count_note()), (Some(500), None));
+        let other = parse(&["--nemesis", "member-shrink-grow"]);
+        assert_eq!((other.effective_snapshot_count(), other.snapshot_count_note()), (None, None));
     }
 }

@@ -25,11 +25,16 @@ use crate::cluster::{Cluster, SIZE};
 use crate::error::Result;
 use crate::history;
 use crate::nemesis::Nemesis;
-use crate::net::Net;
+use crate::net::{Net, Shaping};
 use crate::options::{FaultKind, TestOptions, WorkloadKind};
 use crate::recorder::{Clock, Recorder};
 use crate::report::{self, OpCounts, Summary};
+use crate::workload::lease::{LeaseConfig, LeaseWorkload};
+use crate::workload::list_append::ListAppendWorkload;
+use crate::workload::mixed::MixedWorkload;
 use crate::workload::register::RegisterWorkload;
+use crate::workload::set::SetWorkload;
+use crate::workload::watch::WatchWorkload;
 use crate::workload::{FinishContext, WorkerContext, Workload};
 use crate::{netns, Error};
 
@@ -60,11 +65,11 @@ pub async fn run(opts: TestOptions) -> Result<Outcome> {
         WorkloadKind::Register => {
             run_workload(RegisterWorkload::new(opts.serializable_reads, opts.ops_per_key, opts.seed), opts).await
         }
-        WorkloadKind::Set => Err(Error::Setup("the set workload is not built yet".to_string())),
-        WorkloadKind::ListAppend => Err(Error::Setup("the list-append workload is not built yet".to_string())),
-        WorkloadKind::Watch => Err(Error::Setup("the watch workload is not built yet".to_string())),
-        WorkloadKind::Lease => Err(Error::Setup("the lease workload is not built yet".to_string())),
-        WorkloadKind::Mixed => Err(Error::Setup("the mixed workload is not built yet".to_string())),
+        WorkloadKind::Set => run_workload(SetWorkload::new(opts.seed), opts).await,
+        WorkloadKind::ListAppend => run_workload(ListAppendWorkload::new(opts.seed), opts).await,
+        WorkloadKind::Watch => run_workload(WatchWorkload::new(opts.seed), opts).await,
+        WorkloadKind::Lease => run_workload(LeaseWorkload::new(LeaseConfig::from_options(&opts)?), opts).await,
+        WorkloadKind::Mixed => run_workload(MixedWorkload::new(opts.seed), opts).await,
     }
 }
 
@@ -74,8 +79,10 @@ async fn run_workload<W: Workload>(workload: W, opts: TestOptions) -> Result<Out
     let dir = report::create_dir(&opts)?;
     info!(dir = %dir.display(), "report folder");
     let clock = Clock::start();
+    // The network first: with `delay`, the link proxies must be in the path of the members' very
+    // first peer connections (NAT redirects only new connections).
+    let net = Net::setup_with(crate::cluster::hosts(), Shaping::of(&opts)).await?;
     let mut cluster = Cluster::start(&opts, &dir)?;
-    let net = Net::setup(cluster.hosts()).await?;
     cluster.wait_ready(READY_TIMEOUT).await?;
     info!("cluster ready");
 
@@ -152,9 +159,12 @@ async fn run_workload<W: Workload>(workload: W, opts: TestOptions) -> Result<Out
         ));
     }
     notes.extend(workload.notes());
+    notes.extend(opts.snapshot_count_note());
+    notes.extend(nemesis.notes());
+    results.push(nemesis.check());
     let valid = overall(&results);
 
-    let summary = Summary {
+    let mut summary = Summary {
         run: opts.run_name(),
         valid,
         options: opts.clone(),
@@ -165,6 +175,8 @@ async fn run_workload<W: Workload>(workload: W, opts: TestOptions) -> Result<Out
         duration_secs: clock.elapsed().as_secs_f64(),
     };
     report::write(&dir, &summary)?;
+    // Plots and index.html; never fails the run (a problem becomes a note in the summary).
+    report::write_pages(&dir, &mut summary);
     if valid == Validity::Valid && !opts.keep_data {
         let data = dir.join("members");
         std::fs::remove_dir_all(&data).map_err(Error::system(format!("remove {}", data.display())))?;

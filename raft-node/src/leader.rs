@@ -150,6 +150,13 @@ const MAX_LEARNERS: usize = 1;
 const LEARNER_READY_SHARE: f64 = 0.9;
 
 impl Leader {
+    /// Confirms with a quorum that this member still leads, then waits until it has applied every entry
+    /// committed so far.
+    pub async fn confirm_leadership(&self) -> Result<(), Error> {
+        self.raft.ensure_linearizable().await.map_err(leadership_error)?;
+        Ok(())
+    }
+
     /// Serves a request on this member, which must be the leader (except for `ClusterInfo`, `PreVote` and
     /// `Campaign`), within etcd's request timeout: a leader cut off from its quorum never commits, and the
     /// request then fails with "request timed out".
@@ -186,11 +193,7 @@ impl Leader {
                 Ok(LeaderReply::Written { index: written.log_id.index, applied: written.data })
             }
             LeaderRequest::ReadIndex => {
-                let (read_log_id, _applied) = self.raft.get_read_log_id().await.map_err(|e| match e {
-                    RaftError::APIError(openraft::error::CheckIsLeaderError::ForwardToLeader(_)) => Error::NotLeader,
-                    RaftError::APIError(openraft::error::CheckIsLeaderError::QuorumNotEnough(_)) => Error::Timeout,
-                    RaftError::Fatal(_) => Error::Stopped,
-                })?;
+                let (read_log_id, _applied) = self.raft.get_read_log_id().await.map_err(leadership_error)?;
                 Ok(LeaderReply::ReadIndex(read_log_id.map_or(0, |id| id.index)))
             }
             LeaderRequest::MemberAdd { peer_urls, is_learner } => self.member_add(peer_urls, is_learner).await,
@@ -237,6 +240,11 @@ impl Leader {
             }
             LeaderRequest::MoveLeader { target } => self.move_leader(target).await,
             LeaderRequest::LeaseKeepAlive { id } => {
+                // Only a leader that a quorum still follows may renew. A deposed leader that has not
+                // noticed yet (it was paused or cut off) would promise a TTL the real leader never
+                // grants, and could answer for a lease already revoked (etcd #15247). This also waits
+                // until every committed entry is applied, so a committed revoke is seen.
+                self.confirm_leadership().await?;
                 let ttl = self.store.read().lease(id).map_or(0, |lease| lease.ttl);
                 if ttl > 0 {
                     self.deadlines.renew(id, ttl, Instant::now());
@@ -393,4 +401,13 @@ fn list_members(membership: &Membership<NodeId, MemberNode>) -> Vec<pb::Member> 
             is_learner: !voters.contains(id),
         })
         .collect()
+}
+
+/// A failed leadership check: another member leads, or this one cannot reach a quorum.
+fn leadership_error(err: RaftError<NodeId, openraft::error::CheckIsLeaderError<NodeId, MemberNode>>) -> Error {
+    match err {
+        RaftError::APIError(openraft::error::CheckIsLeaderError::ForwardToLeader(_)) => Error::NotLeader,
+        RaftError::APIError(openraft::error::CheckIsLeaderError::QuorumNotEnough(_)) => Error::Timeout,
+        RaftError::Fatal(_) => Error::Stopped,
+    }
 }

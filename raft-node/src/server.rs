@@ -133,7 +133,7 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> anyhow::
         }
     };
     let lease = pb::lease_server::LeaseServer::new(LeaseService::new(consensus.clone(), store.clone(), api.clone()));
-    tokio::spawn(lease_expiry::expire_leases(leader.clone(), consensus.clone()));
+    tokio::spawn(lease_expiry::expire_leases(leader.clone()));
     let kv = pb::kv_server::KvServer::new(KvService::new(consensus.clone(), store.clone(), api.clone()))
         .max_decoding_message_size(usize::MAX)
         .max_encoding_message_size(usize::MAX);

@@ -10,6 +10,8 @@ use serde::{Deserialize, Serialize};
 
 pub mod convergence;
 pub mod graph;
+pub mod kv_model;
+pub mod lease;
 pub mod linear;
 pub mod list_append;
 pub mod liveness;
@@ -46,6 +48,8 @@ pub enum AnomalyKind {
     Stale,
     /// A read returned something nobody wrote (or a write that certainly failed).
     Unexpected,
+    /// A read (or a txn's compare) disagrees with the store's state at its own header revision.
+    InconsistentRead,
     /// A read returned one write more than once: a duplicate apply.
     Duplicated,
     /// Two reads of one key disagree about the order of its writes.
@@ -84,6 +88,12 @@ pub enum AnomalyKind {
     Panic,
     /// No write succeeded within the allowed time after the last fault was healed.
     NotLive,
+    /// A lease, or a key attached to it, seen alive after the lease was revoked or seen gone.
+    AliveAfterRevoke,
+    /// A lease nobody revoked was seen gone before its TTL (from its grant or keep-alive) ran out.
+    ExpiredEarly,
+    /// A key attached to a lease was still present well after every lease had to expire.
+    NotExpired,
 }
 
 /// One violation, with a description a person can act on.

@@ -10,6 +10,15 @@
 //! judges the paired history.
 //!
 //! - [`register`]: per-key read, write and compare-and-set through Range, Put and Txn.
+//! - [`watch`]: writers on a few keys, and watchers that resume from their last revision after a
+//!   break (possibly on another member); checked with etcd's watch rules against the ground truth.
+//! - [`mixed`]: puts, deletes, txns, linearizable and serializable ranges on a few keys; every op
+//!   checked against the ground truth replayed to its header revision.
+//! - [`truth`]: the ground truth both of them are judged against (every event persisted under the
+//!   workload's prefix), and the watch client they share.
+//! - [`set`]: unique adds through a create-revision compare, whole-set reads, final reads.
+//! - [`list_append`]: Elle-style transactions as pre-read plus a mod-revision-guarded commit.
+//! - [`lease`]: grants, puts attached to leases, revokes, keep-alives and reads; expiry after the run.
 
 use std::future::Future;
 use std::path::PathBuf;
@@ -27,7 +36,13 @@ use crate::checker::CheckResult;
 use crate::history::OpPair;
 use crate::recorder::Recorder;
 
+pub mod lease;
+pub mod list_append;
+pub mod mixed;
 pub mod register;
+pub mod set;
+pub mod truth;
+pub mod watch;
 
 /// What a workload does and how its history is judged.
 pub trait Workload: Send + Sync + 'static {
@@ -35,8 +50,11 @@ pub trait Workload: Send + Sync + 'static {
     type Op: Clone + std::fmt::Debug + Serialize + DeserializeOwned + Send + Sync + 'static;
 
     /// Runs one worker until `ctx.end` (no op is invoked after it; the last one may complete later).
-    fn run_worker(self: Arc<Self>, ctx: WorkerContext, recorder: Arc<Recorder<Self::Op>>)
-        -> impl Future<Output = ()> + Send;
+    fn run_worker(
+        self: Arc<Self>,
+        ctx: WorkerContext,
+        recorder: Arc<Recorder<Self::Op>>,
+    ) -> impl Future<Output = ()> + Send;
 
     /// After the final heal, once the members agree on a revision (or the convergence wait gave
     /// up), and before they stop: final reads, ground truth. The default does nothing.
