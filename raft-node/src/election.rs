@@ -12,8 +12,8 @@
 //! The same question tells a member that no longer hears from anyone whether it was removed from the
 //! cluster: the others answer [`PreVoteAnswer::Removed`], and the member stops, as etcd's does.
 
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use futures::future::join_all;
@@ -42,13 +42,50 @@ pub enum PreVoteAnswer {
     Removed,
 }
 
+/// When a member without a sign of its leader asks for pre-votes next.
+///
+/// Its own asks never reset the count of ticks since it last heard the leader: that count is also what
+/// it answers other members' pre-votes with. Resetting it on every ask made two followers that lost
+/// their leader refuse each other in turn — each had "just" started counting again when the other
+/// asked — and a majority could go leaderless for many election timeouts (seen under jepsen leader
+/// partitions and kills).
+#[derive(Debug)]
+struct Countdown {
+    /// Ticks since the last sign of a leader.
+    idle: u64,
+    /// The idle tick count at which to ask next.
+    next_ask: u64,
+}
+
+impl Countdown {
+    fn new(timeout: u64) -> Self {
+        Countdown { idle: 0, next_ask: timeout }
+    }
+
+    /// A sign of the leader: count again from zero, and ask `timeout` ticks from now at the earliest.
+    fn heard_leader(&mut self, timeout: u64) {
+        *self = Countdown::new(timeout);
+    }
+
+    /// One tick without a sign of the leader; true when it is time to ask, and then the next ask comes
+    /// `timeout` ticks later.
+    fn tick(&mut self, timeout: u64) -> bool {
+        self.idle += 1;
+        if self.idle < self.next_ask {
+            return false;
+        }
+        self.next_ask = self.idle + timeout;
+        true
+    }
+}
+
 /// A member's election clock, shared by its ticking task and the pre-vote handler.
 #[derive(Clone)]
 pub struct ElectionClock {
     raft: Raft,
     member_id: NodeId,
-    /// Ticks since this member last saw a sign of a live leader.
-    idle_ticks: Arc<AtomicU64>,
+    /// Ticks since this member last saw a sign of a live leader, and its next pre-vote.
+    countdown: Arc<Mutex<Countdown>>,
     /// An election timeout in ticks.
     election_ticks: u64,
     /// Set once an election timeout passed without a sign of the leader (etcd's pre-candidate, which
@@ -65,7 +102,7 @@ impl ElectionClock {
         Self {
             raft,
             member_id,
-            idle_ticks: Arc::new(AtomicU64::new(0)),
+            countdown: Arc::new(Mutex::new(Countdown::new(election_ticks))),
             election_ticks,
             leader_lost: Arc::new(AtomicBool::new(false)),
             tick: heartbeat,
@@ -95,8 +132,7 @@ impl ElectionClock {
         if metrics.membership_config.membership().get_node(&request.candidate).is_none() {
             return PreVoteAnswer::Removed;
         }
-        let leader_alive =
-            metrics.current_leader.is_some() && self.idle_ticks.load(Ordering::Relaxed) < self.election_ticks;
+        let leader_alive = metrics.current_leader.is_some() && self.lock_countdown().idle < self.election_ticks;
         let is_leader = metrics.state == ServerState::Leader;
         let log_ok = request.last_log_index >= metrics.last_log_index.unwrap_or(0);
         if !leader_alive && !is_leader && log_ok {
@@ -113,7 +149,7 @@ impl ElectionClock {
         // After a pause, one tick: the clock is logical.
         ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         let mut last_seen = None;
-        let mut threshold = self.randomized_timeout();
+        self.lock_countdown().heard_leader(self.randomized_timeout());
         loop {
             ticker.tick().await;
             let Ok(seen) = self.raft.with_raft_state(|st| st.vote_last_modified()).await else {
@@ -132,16 +168,14 @@ impl ElectionClock {
             }
             if seen != last_seen || metrics.state == ServerState::Leader {
                 last_seen = seen;
-                self.idle_ticks.store(0, Ordering::Relaxed);
+                self.lock_countdown().heard_leader(self.randomized_timeout());
                 self.leader_lost.store(false, Ordering::Relaxed);
                 continue;
             }
-            let idle = self.idle_ticks.fetch_add(1, Ordering::Relaxed) + 1;
-            if idle < threshold {
+            let timeout = self.randomized_timeout();
+            if !self.lock_countdown().tick(timeout) {
                 continue;
             }
-            threshold = self.randomized_timeout();
-            self.idle_ticks.store(0, Ordering::Relaxed);
             self.leader_lost.store(true, Ordering::Relaxed);
             let (granted, removed) = self.pre_vote(&forwarder, &metrics).await;
             if removed {
@@ -158,6 +192,11 @@ impl ElectionClock {
                 }
             }
         }
+    }
+
+    fn lock_countdown(&self) -> std::sync::MutexGuard<'_, Countdown> {
+        // Two integers: a panic elsewhere cannot leave them half-updated.
+        self.countdown.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
     /// etcd randomizes the election timeout in [timeout, 2 × timeout).
@@ -189,5 +228,35 @@ impl ElectionClock {
         let granted = 1 + count(PreVoteAnswer::Granted);
         debug!(granted, voters = voters.len(), "pre-vote");
         (granted * 2 > voters.len(), count(PreVoteAnswer::Removed) * 2 > voters.len())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Two followers lose their leader at the same moment, with different randomized timeouts. Every
+    /// ask one of them makes finds the other past an election timeout without the leader, so it is
+    /// granted (logs permitting) — also right after the other's own ask failed. (When an ask reset the
+    /// asker's count, the two refused each other in turn.)
+    #[test]
+    fn a_members_own_asks_do_not_make_it_refuse_the_next_candidate() {
+        let election_ticks = 10;
+        let (mut a, mut b) = (Countdown::new(10), Countdown::new(13));
+        let mut asks = Vec::new();
+        for tick in 1..=40u64 {
+            let (a_asks, b_asks) = (a.tick(15), b.tick(17));
+            if a_asks {
+                assert!(b.idle >= election_ticks, "b would refuse a at tick {tick}");
+                asks.push(("a", tick));
+            }
+            if b_asks {
+                assert!(a.idle >= election_ticks, "a would refuse b at tick {tick}");
+                asks.push(("b", tick));
+            }
+        }
+        assert_eq!(asks, vec![("a", 10), ("b", 13), ("a", 25), ("b", 30), ("a", 40)]);
+        a.heard_leader(12);
+        assert_eq!((a.idle, a.next_ask), (0, 12));
     }
 }
