@@ -25,7 +25,8 @@
 //!   [`workload::set`] unique adds and whole-set reads, [`workload::list_append`] Elle-style txns,
 //!   [`workload::lease`] grants, leased puts, revokes, keep-alives and expiry, [`workload::watch`]
 //!   writers and resuming watchers, [`workload::mixed`] puts, deletes, txns and (serializable)
-//!   ranges; [`workload::truth`] collects the ground truth (every event persisted) they are judged by.
+//!   ranges; [`workload::truth`] collects the ground truth (every event persisted) they are judged by,
+//!   and [`workload::watch_client`] is the watch stream and stall detector they share.
 //! - [`recorder`]: the run's clock and the history as it is written (`history.jsonl`).
 //! - [`report`]: the report folder (`summary.txt`, `summary.json`, history, nemesis log, member logs).
 //! - [`plot`]: the report's `latency.png` and `throughput.png`, fault windows shaded; [`html`]: its
@@ -42,8 +43,10 @@
 //!   - [`checker::graph`]: the dependency graph, strongly connected components and cycle extraction.
 //!   - [`checker::watch`]: etcd's watch guarantees checked against a ground-truth event list.
 //!   - [`checker::kv_model`]: the keyspace replayed from the ground truth; every read and write
-//!     checked at its header revision, lost and unexpected writes.
-//!   - [`checker::lease`]: etcd's lease promises (gone stays gone, no early expiry, expiry happens).
+//!     checked at its header revision, lost and unexpected writes (ops, replay, attribution of the
+//!     truth's revisions and descriptions in files of their own).
+//!   - [`checker::lease`]: etcd's lease promises (gone stays gone, no early expiry, expiry happens);
+//!     the op payload, the indexed history and the rules in files of their own.
 //!   - [`checker::revision`]: header revisions never go back in real time.
 //!   - [`checker::convergence`]: after heal every member reports the same revision and `HashKV`.
 //!   - [`checker::logs`]: panics and fatal errors in member logs.

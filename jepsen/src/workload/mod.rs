@@ -15,7 +15,8 @@
 //! - [`mixed`]: puts, deletes, txns, linearizable and serializable ranges on a few keys; every op
 //!   checked against the ground truth replayed to its header revision.
 //! - [`truth`]: the ground truth both of them are judged against (every event persisted under the
-//!   workload's prefix), and the watch client they share.
+//!   workload's prefix); [`watch_client`]: the watch stream, stall detection and event conversion
+//!   they share.
 //! - [`set`]: unique adds through a create-revision compare, whole-set reads, final reads.
 //! - [`list_append`]: Elle-style transactions as pre-read plus a mod-revision-guarded commit.
 //! - [`lease`]: grants, puts attached to leases, revokes, keep-alives and reads; expiry after the run.
@@ -43,6 +44,7 @@ pub mod register;
 pub mod set;
 pub mod truth;
 pub mod watch;
+pub mod watch_client;
 
 /// What a workload does and how its history is judged.
 pub trait Workload: Send + Sync + 'static {

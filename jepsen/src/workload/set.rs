@@ -38,7 +38,7 @@ pub const KEY_PREFIX: &str = "jepsen/set/";
 
 /// The error text of an answer the server gave but the workload could not make sense of (a key
 /// outside the set's shape, a value that is not the key's element). Such answers are anomalies:
-/// [`unparsable_answers`] reports them.
+/// `unparsable_answers` reports them.
 pub const UNPARSABLE: &str = "unparsable answer: ";
 
 /// Percent of ops that read the whole set; the rest add.

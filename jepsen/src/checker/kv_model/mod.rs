@@ -22,140 +22,30 @@
 //! reads and writes also respect real time is the revision checker's part
 //! ([`crate::checker::revision`], with [`access`]); with both, a linearizable read is exactly one
 //! that returns the state at a revision no older than anything completed before it began.
+//!
+//! # Layout
+//!
+//! The ops ([`KvOp`] and its parts) are in `op`; `model` replays the truth into a [`Model`];
+//! this file checks each `ok` op at its revision; `attribute` traces the remaining revisions of the
+//! truth to indeterminate writes; `description` renders keys and events for the anomalies.
 
-use std::collections::{BTreeMap, HashMap, HashSet};
-use std::fmt::Write as _;
-
-use serde::{Deserialize, Serialize};
+use std::collections::HashMap;
 
 use crate::checker::revision::Access;
 use crate::checker::watch::{Event, EventKind};
 use crate::checker::{Anomaly, AnomalyKind, CheckResult};
-use crate::history::{OpPair, OpType};
+use crate::history::OpPair;
 
-/// A key as a Range returns it.
-#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
-pub struct Kv {
-    pub key: String,
-    pub value: String,
-    pub mod_revision: i64,
-    pub create_revision: i64,
-    pub version: i64,
-}
+mod attribute;
+mod description;
+mod model;
+mod op;
 
-/// An op of the mixed (and watch) workload: the history's `f` and `value`.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(tag = "f", content = "value", rename_all = "kebab-case")]
-pub enum KvOp {
-    Put(Put),
-    Delete(Delete),
-    Txn(Txn),
-    Range(Range),
-}
-
-/// `Put key=value`; the header revision is the write's.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Put {
-    pub key: String,
-    pub value: String,
-}
-
-/// `DeleteRange` of one key; `deleted` is the response's count (completions only).
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Delete {
-    pub key: String,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub deleted: Option<i64>,
-}
-
-/// `Range` of one key (empty `range_end`) or of `[key, range_end)`; `kvs` on completion.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Range {
-    pub key: String,
-    #[serde(default, skip_serializing_if = "String::is_empty")]
-    pub range_end: String,
-    #[serde(default)]
-    pub serializable: bool,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub kvs: Option<Vec<Kv>>,
-}
-
-/// What a compare expects of a key (always with `EQUAL`).
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum Expect {
-    /// The key's `mod_revision`; 0 means the key does not exist.
-    ModRevision(i64),
-    /// The key's value; etcd fails a value compare on a missing key.
-    Value(String),
-}
-
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Compare {
-    pub key: String,
-    pub expect: Expect,
-}
-
-/// One write of a txn's success branch.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "kebab-case")]
-pub enum TxnWrite {
-    Put(Put),
-    Delete(Delete),
-}
-
-/// `Txn`: if every compare holds, the `success` writes (with each delete's count on completion);
-/// otherwise one single-key Range per `failure` key, whose results land in `reads`.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Txn {
-    pub compare: Vec<Compare>,
-    pub success: Vec<TxnWrite>,
-    #[serde(default)]
-    pub failure: Vec<String>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub succeeded: Option<bool>,
-    /// The failure branch's reads, one per `failure` key (`None`: the key did not exist).
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub reads: Vec<Option<Kv>>,
-}
-
-impl KvOp {
-    /// The puts this op asks for (whatever branch a txn takes).
-    fn puts(&self) -> Vec<&Put> {
-        match self {
-            KvOp::Put(put) => vec![put],
-            KvOp::Txn(txn) => txn
-                .success
-                .iter()
-                .filter_map(|w| match w {
-                    TxnWrite::Put(put) => Some(put),
-                    TxnWrite::Delete(_) => None,
-                })
-                .collect(),
-            KvOp::Delete(_) | KvOp::Range(_) => Vec::new(),
-        }
-    }
-
-    /// The keys this op may delete.
-    fn deletes(&self) -> Vec<&str> {
-        match self {
-            KvOp::Delete(delete) => vec![delete.key.as_str()],
-            KvOp::Txn(txn) => txn
-                .success
-                .iter()
-                .filter_map(|w| match w {
-                    TxnWrite::Delete(delete) => Some(delete.key.as_str()),
-                    TxnWrite::Put(_) => None,
-                })
-                .collect(),
-            KvOp::Put(_) | KvOp::Range(_) => Vec::new(),
-        }
-    }
-
-    fn is_write(&self) -> bool {
-        !matches!(self, KvOp::Range(_))
-    }
-}
+use attribute::attribute;
+use description::{describe_range, show_compares, show_effects, show_events, show_kv, show_kvs, show_reads};
+pub use model::Model;
+use model::{effects, expected_events};
+pub use op::{in_range, Compare, Delete, Expect, Kv, KvOp, Put, Range, Txn, TxnWrite};
 
 /// How an `ok` completion takes part in the revision checker: serializable reads are ignored (they
 /// may lag by design); writes that made a revision are writes; everything else observed one.
@@ -168,128 +58,6 @@ pub fn access(op: &KvOp) -> Access {
         KvOp::Delete(_) => Access::Read,
         KvOp::Txn(txn) if txn.succeeded == Some(true) && !expected_events(txn).is_empty() => Access::Write,
         KvOp::Txn(_) => Access::Read,
-    }
-}
-
-/// Whether `key` lies in `[start, range_end)`, or equals `start` when `range_end` is empty.
-pub fn in_range(start: &str, range_end: &str, key: &str) -> bool {
-    if range_end.is_empty() {
-        key == start
-    } else {
-        key >= start && key < range_end
-    }
-}
-
-/// One event as the model compares it: kind, key and value.
-type Effect = (EventKind, String, String);
-
-/// The events a completed, successful txn made, from its recorded delete counts.
-fn expected_events(txn: &Txn) -> Vec<Effect> {
-    let mut effects: Vec<Effect> = txn
-        .success
-        .iter()
-        .filter_map(|w| match w {
-            TxnWrite::Put(p) => Some((EventKind::Put, p.key.clone(), p.value.clone())),
-            TxnWrite::Delete(d) if d.deleted.is_some_and(|n| n > 0) => {
-                Some((EventKind::Delete, d.key.clone(), String::new()))
-            }
-            TxnWrite::Delete(_) => None,
-        })
-        .collect();
-    effects.sort();
-    effects
-}
-
-fn effects(events: &[Event]) -> Vec<Effect> {
-    let mut effects: Vec<Effect> = events.iter().map(|e| (e.kind, e.key.clone(), e.value.clone())).collect();
-    effects.sort();
-    effects
-}
-
-/// The keyspace at every revision, replayed from the ground truth.
-pub struct Model {
-    /// key -> (revision, the key from that revision on; `None` once deleted)
-    keys: BTreeMap<String, Vec<(i64, Option<Kv>)>>,
-    /// revision -> the events it made, in truth order
-    revisions: BTreeMap<i64, Vec<Event>>,
-    /// The truth is complete up to this revision.
-    until: i64,
-}
-
-impl Model {
-    /// Replays `truth` (complete up to `until`); anomalies are events that cannot have happened
-    /// (revisions going back, deleting a missing key, two events on one key in one revision).
-    pub fn replay(truth: &[Event], until: i64) -> (Model, Vec<Anomaly>) {
-        let mut model = Model { keys: BTreeMap::new(), revisions: BTreeMap::new(), until };
-        let mut anomalies = Vec::new();
-        let mut last = 0;
-        for event in truth {
-            let at = format!("truth event {:?} {}@{}", event.kind, event.key, event.revision);
-            if event.revision < last {
-                anomalies.push(Anomaly::new(AnomalyKind::Malformed, format!("{at} follows revision {last}")));
-                continue;
-            }
-            last = event.revision;
-            let history = model.keys.entry(event.key.clone()).or_default();
-            let before = history.last().and_then(|(_, kv)| kv.clone());
-            if history.last().is_some_and(|(r, _)| *r == event.revision) {
-                anomalies.push(Anomaly::new(
-                    AnomalyKind::Unexpected,
-                    format!("{at}: a second event on the key in one revision"),
-                ));
-                continue;
-            }
-            let after = match event.kind {
-                EventKind::Put => Some(Kv {
-                    key: event.key.clone(),
-                    value: event.value.clone(),
-                    mod_revision: event.revision,
-                    create_revision: before.as_ref().map_or(event.revision, |b| b.create_revision),
-                    version: before.as_ref().map_or(1, |b| b.version + 1),
-                }),
-                EventKind::Delete if before.is_none() => {
-                    anomalies.push(Anomaly::new(AnomalyKind::Unexpected, format!("{at} deletes a missing key")));
-                    continue;
-                }
-                EventKind::Delete => None,
-            };
-            history.push((event.revision, after));
-            model.revisions.entry(event.revision).or_default().push(event.clone());
-        }
-        (model, anomalies)
-    }
-
-    pub fn until(&self) -> i64 {
-        self.until
-    }
-
-    /// The key at `revision`, or `None` while it does not exist.
-    pub fn get(&self, key: &str, revision: i64) -> Option<&Kv> {
-        let history = self.keys.get(key)?;
-        let n = history.partition_point(|(r, _)| *r <= revision);
-        n.checked_sub(1).and_then(|i| history[i].1.as_ref())
-    }
-
-    /// Every existing key of the range at `revision`, in key order (what a Range returns).
-    pub fn range(&self, start: &str, range_end: &str, revision: i64) -> Vec<Kv> {
-        self.keys
-            .keys()
-            .filter(|k| in_range(start, range_end, k))
-            .filter_map(|k| self.get(k, revision).cloned())
-            .collect()
-    }
-
-    /// The events of one revision (none when it made no change under the prefix).
-    pub fn events_at(&self, revision: i64) -> &[Event] {
-        self.revisions.get(&revision).map_or(&[], Vec::as_slice)
-    }
-
-    fn holds(&self, compare: &Compare, revision: i64) -> bool {
-        let kv = self.get(&compare.key, revision);
-        match &compare.expect {
-            Expect::ModRevision(m) => kv.map_or(0, |kv| kv.mod_revision) == *m,
-            Expect::Value(v) => kv.is_some_and(|kv| &kv.value == v),
-        }
     }
 }
 
@@ -492,161 +260,17 @@ fn check_txn(txn: &Txn, revision: i64, model: &Model, push: &mut impl FnMut(Anom
     }
 }
 
-/// Traces every revision of the truth that no `ok` write claimed to one indeterminate write.
-fn attribute(pairs: &[OpPair<KvOp>], model: &Model, claimed: &HashMap<i64, usize>, anomalies: &mut Vec<Anomaly>) {
-    // value -> the position of the op that put it (values are unique per run)
-    let mut by_value: HashMap<&str, usize> = HashMap::new();
-    for (i, pair) in pairs.iter().enumerate() {
-        for put in pair.invoke.payload.puts() {
-            by_value.entry(put.value.as_str()).or_insert(i);
-        }
-    }
-    let mut used: HashSet<usize> = claimed.values().copied().collect();
-    for (&revision, events) in &model.revisions {
-        if claimed.contains_key(&revision) {
-            continue;
-        }
-        let shown = show_events(events);
-        let put_value = events.iter().find(|e| e.kind == EventKind::Put).map(|e| e.value.as_str());
-        let candidate = match put_value {
-            Some(value) => {
-                let Some(&i) = by_value.get(value) else {
-                    anomalies.push(Anomaly::new(
-                        AnomalyKind::Unexpected,
-                        format!("revision {revision} ({shown}) puts value {value:?}, which no op wrote"),
-                    ));
-                    continue;
-                };
-                Some(i)
-            }
-            // Only deletes: any indeterminate op that could delete exactly these keys.
-            None => pairs.iter().enumerate().position(|(i, pair)| {
-                !used.contains(&i)
-                    && pair.outcome() == OpType::Info
-                    && pair.invoke.payload.puts().is_empty()
-                    && events.iter().all(|e| pair.invoke.payload.deletes().contains(&e.key.as_str()))
-            }),
-        };
-        let Some(i) = candidate else {
-            anomalies.push(Anomaly::new(
-                AnomalyKind::Unexpected,
-                format!("revision {revision} ({shown}) was made by no invoked, unclaimed write"),
-            ));
-            continue;
-        };
-        let pair = &pairs[i];
-        let op = &pair.invoke.payload;
-        let name = format!("op {}", pair.index);
-        let problem = match pair.outcome() {
-            OpType::Fail => Some((AnomalyKind::Unexpected, format!("{name} was recorded as failed"))),
-            OpType::Ok => match pair.revision() {
-                // The op's own revision does not hold exactly its writes: already reported as lost.
-                Some(r) if r == revision => continue,
-                Some(r) if claimed.get(&r) == Some(&i) => {
-                    Some((AnomalyKind::Duplicated, format!("{name} took effect at revision {r} already")))
-                }
-                Some(r) => Some((AnomalyKind::Unexpected, format!("{name} was acknowledged at revision {r} instead"))),
-                None => Some((AnomalyKind::Unexpected, format!("{name} was acknowledged without a revision"))),
-            },
-            _ if used.contains(&i) => {
-                Some((AnomalyKind::Duplicated, format!("{name} already explains an earlier revision")))
-            }
-            _ if !fits(op, events) => {
-                Some((AnomalyKind::Unexpected, format!("its content does not match {name} ({op:?})")))
-            }
-            _ => None,
-        };
-        match problem {
-            Some((kind, why)) if op.is_write() => {
-                anomalies.push(Anomaly::new(kind, format!("revision {revision} ({shown}): {why}")));
-            }
-            Some((kind, why)) => {
-                anomalies.push(Anomaly::new(kind, format!("revision {revision} ({shown}): {why} (not a write)")));
-            }
-            None => {
-                used.insert(i);
-            }
-        }
-    }
-}
-
-/// Whether an indeterminate op could have made exactly these events: all of its puts, and deletes
-/// only of keys it deletes.
-fn fits(op: &KvOp, events: &[Event]) -> bool {
-    let mut puts: Vec<Effect> = op.puts().iter().map(|p| (EventKind::Put, p.key.clone(), p.value.clone())).collect();
-    puts.sort();
-    let made: Vec<Effect> = effects(events).into_iter().filter(|e| e.0 == EventKind::Put).collect();
-    let deletes = op.deletes();
-    puts == made && events.iter().filter(|e| e.kind == EventKind::Delete).all(|e| deletes.contains(&e.key.as_str()))
-}
-
-fn describe_range(key: &str, range_end: &str) -> String {
-    if range_end.is_empty() {
-        key.to_string()
-    } else {
-        format!("[{key}, {range_end})")
-    }
-}
-
-fn show_kv(kv: &Kv) -> String {
-    format!("{}={} (mod {}, create {}, version {})", kv.key, kv.value, kv.mod_revision, kv.create_revision, kv.version)
-}
-
-fn show_kvs(kvs: &[Kv]) -> String {
-    if kvs.is_empty() {
-        return "nothing".to_string();
-    }
-    kvs.iter().map(show_kv).collect::<Vec<_>>().join(", ")
-}
-
-fn show_reads(reads: &[Option<Kv>]) -> String {
-    let shown: Vec<String> = reads.iter().map(|r| r.as_ref().map_or_else(|| "absent".to_string(), show_kv)).collect();
-    format!("[{}]", shown.join("; "))
-}
-
-fn show_compares(compares: &[Compare]) -> String {
-    let shown: Vec<String> = compares
-        .iter()
-        .map(|c| match &c.expect {
-            Expect::ModRevision(m) => format!("mod_revision({}) == {m}", c.key),
-            Expect::Value(v) => format!("value({}) == {v:?}", c.key),
-        })
-        .collect();
-    shown.join(" && ")
-}
-
-fn show_effects(effects: &[Effect]) -> String {
-    let mut text = String::new();
-    for (i, (kind, key, value)) in effects.iter().enumerate() {
-        if i > 0 {
-            text.push_str(", ");
-        }
-        let _ = match kind {
-            EventKind::Put => write!(text, "put {key}={value}"),
-            EventKind::Delete => write!(text, "delete {key}"),
-        };
-    }
-    text
-}
-
-fn show_events(events: &[Event]) -> String {
-    if events.is_empty() {
-        return "no event under the prefix".to_string();
-    }
-    show_effects(&effects(events))
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::history::{pair, Op};
+    use crate::history::{pair, Op, OpType};
     use crate::Validity;
 
-    fn put_event(key: &str, value: &str, revision: i64) -> Event {
+    pub(super) fn put_event(key: &str, value: &str, revision: i64) -> Event {
         Event { kind: EventKind::Put, key: key.into(), value: value.into(), revision, is_create: false, prev_kv: None }
     }
 
-    fn delete_event(key: &str, revision: i64) -> Event {
+    pub(super) fn delete_event(key: &str, revision: i64) -> Event {
         Event {
             kind: EventKind::Delete,
             key: key.into(),
@@ -658,7 +282,7 @@ mod tests {
     }
 
     /// a=1@2, b=2@3, {a=3, b deleted}@4 (txn), a deleted@5, b=4@6 (an indeterminate put).
-    fn truth() -> Vec<Event> {
+    pub(super) fn truth() -> Vec<Event> {
         vec![
             put_event("a", "1", 2),
             put_event("b", "2", 3),
@@ -669,7 +293,7 @@ mod tests {
         ]
     }
 
-    fn kv(key: &str, value: &str, mod_revision: i64, create_revision: i64, version: i64) -> Kv {
+    pub(super) fn kv(key: &str, value: &str, mod_revision: i64, create_revision: i64, version: i64) -> Kv {
         Kv { key: key.into(), value: value.into(), mod_revision, create_revision, version }
     }
 
@@ -677,7 +301,7 @@ mod tests {
         KvOp::Put(Put { key: key.into(), value: value.into() })
     }
 
-    fn delete(key: &str, deleted: Option<i64>) -> KvOp {
+    pub(super) fn delete(key: &str, deleted: Option<i64>) -> KvOp {
         KvOp::Delete(Delete { key: key.into(), deleted })
     }
 
@@ -762,19 +386,6 @@ mod tests {
         specs[5].3 = None;
         let result = run(&specs, &truth());
         assert!(result.is_valid(), "{result}");
-    }
-
-    #[test]
-    fn replay_tracks_versions_and_generations() {
-        let (model, anomalies) = Model::replay(&truth(), 6);
-        assert!(anomalies.is_empty(), "{anomalies:?}");
-        assert_eq!(model.get("a", 4), Some(&kv("a", "3", 4, 2, 2)));
-        assert_eq!(model.get("a", 5), None);
-        assert_eq!(model.get("b", 6), Some(&kv("b", "4", 6, 6, 1)), "a new generation after the delete");
-        assert_eq!(model.range("a", "c", 3).len(), 2);
-        assert_eq!(model.events_at(4).len(), 2);
-        let (_, bad) = Model::replay(&[delete_event("a", 2), put_event("a", "1", 3), put_event("b", "2", 1)], 3);
-        assert_eq!(bad.len(), 2, "{bad:?}");
     }
 
     #[test]
@@ -866,14 +477,5 @@ mod tests {
         assert_eq!(access(&delete("a", Some(1))), Access::Write);
         assert_eq!(access(&txn_ab(Some(0), Some(true))), Access::Write, "the put still writes");
         assert_eq!(access(&failed_txn(vec![None])), Access::Read);
-    }
-
-    #[test]
-    fn ops_keep_their_jsonl_shape() {
-        let op = Op::invoke(1, delete("k", None), 3);
-        let text = serde_json::to_string(&op).expect("encode");
-        assert_eq!(text, r#"{"process":1,"type":"invoke","f":"delete","value":{"key":"k"},"time_ns":3}"#);
-        let back: Op<KvOp> = serde_json::from_str(&text).expect("decode");
-        assert_eq!(back, op);
     }
 }
