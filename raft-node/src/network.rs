@@ -1,9 +1,14 @@
 //! Outbound Raft RPC to peers over tonic (`raftpb.RaftPeer`), openraft messages encoded with bincode.
 //!
 //! Connections are made lazily and bound to this member's own advertised peer IP, so a test harness can
-//! cut the link between two members by address without touching clients.
+//! cut the link between two members by address without touching clients. One channel per peer URL is
+//! shared by every client openraft asks for: openraft makes a fresh client for each read-index quorum
+//! round and each vote, and a fresh TCP and HTTP/2 handshake per linearizable read is what it would
+//! otherwise cost. A channel reconnects by itself after its peer restarts.
 
+use std::collections::HashMap;
 use std::net::IpAddr;
+use std::sync::{Arc, Mutex};
 
 use openraft::error::{InstallSnapshotError, NetworkError, RPCError, RaftError, RemoteError, Unreachable};
 use openraft::network::{RPCOption, RaftNetwork, RaftNetworkFactory};
@@ -25,6 +30,26 @@ use crate::typ::{MemberNode, NodeId, TypeConfig};
 pub struct PeerNetwork {
     /// Source address of outgoing peer connections.
     pub local_ip: Option<IpAddr>,
+    /// The channel to each peer URL, made on first use.
+    channels: Arc<Mutex<HashMap<String, Channel>>>,
+}
+
+impl PeerNetwork {
+    pub fn new(local_ip: Option<IpAddr>) -> Self {
+        PeerNetwork { local_ip, channels: Arc::default() }
+    }
+
+    /// The shared channel to `url`, or `None` when the URL does not parse.
+    fn channel(&self, url: &str) -> Option<Channel> {
+        let mut channels = self.channels.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        if let Some(channel) = channels.get(url) {
+            return Some(channel.clone());
+        }
+        let endpoint = Endpoint::from_shared(url.to_string()).ok()?.tcp_nodelay(true).local_address(self.local_ip);
+        let channel = endpoint.connect_lazy();
+        channels.insert(url.to_string(), channel.clone());
+        Some(channel)
+    }
 }
 
 /// The connection to one peer.
@@ -46,11 +71,8 @@ impl RaftNetworkFactory<TypeConfig> for PeerNetwork {
     type Network = PeerClient;
 
     async fn new_client(&mut self, target: NodeId, node: &MemberNode) -> Self::Network {
-        let client = node.peer_urls.first().and_then(|url| Endpoint::from_shared(url.clone()).ok()).map(|endpoint| {
-            let endpoint = endpoint.tcp_nodelay(true).local_address(self.local_ip);
-            RaftPeerClient::new(endpoint.connect_lazy())
-                .max_decoding_message_size(usize::MAX)
-                .max_encoding_message_size(usize::MAX)
+        let client = node.peer_urls.first().and_then(|url| self.channel(url)).map(|channel| {
+            RaftPeerClient::new(channel).max_decoding_message_size(usize::MAX).max_encoding_message_size(usize::MAX)
         });
         PeerClient { target, node: node.clone(), client }
     }

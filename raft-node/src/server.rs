@@ -80,7 +80,7 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> anyhow::
     }
     .validate()
     .context("invalid Raft timing (heartbeat interval must be below the election timeout)")?;
-    let network = PeerNetwork { local_ip: own_peer_ip };
+    let network = PeerNetwork::new(own_peer_ip);
     let raft = Raft::new(identity.member_id, Arc::new(raft_config), network, log_store, state_machine)
         .await
         .context("starting Raft")?;
