@@ -321,13 +321,13 @@ pub fn table(rows: &[Row]) -> String {
     let mut out = String::new();
     let _ = writeln!(
         out,
-        "{:<6} {:<11} {:<44} {:>4} {:>8} {:>6} {:>5} {:>5}  seconds",
+        "{:<6} {:<11} {:<46} {:>4} {:>8} {:>6} {:>5} {:>5}  seconds",
         "target", "workload", "faults", "seed", "verdict", "ok", "fail", "info"
     );
     for row in rows {
         let _ = writeln!(
             out,
-            "{:<6} {:<11} {:<44} {:>4} {:>8} {:>6} {:>5} {:>5}  {:.0}{}",
+            "{:<6} {:<11} {:<46} {:>4} {:>8} {:>6} {:>5} {:>5}  {:.0}{}",
             row.plan.target.name(),
             format!("{:?}", row.plan.workload).to_lowercase(),
             row.plan.fault_names(),

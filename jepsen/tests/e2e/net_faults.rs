@@ -1,4 +1,4 @@
-//! End to end: the network faults (`one-way`, `client-cut`, `delay`, `loss`) against our cluster.
+//! The network faults (`one-way`, `client-cut`, `delay`, `loss`) against our cluster.
 //!
 //! One 20 s run with two-second fault windows; seed 10 draws client-cut, loss, one-way and delay
 //! in its first four windows. The run must be valid, every fault must have started, and the
@@ -6,58 +6,10 @@
 //! - no op sent to a member whose clients are cut completes `ok` while the cut lasts;
 //! - every op sent to a member with delayed links that completes `ok` while the delay lasts took at
 //!   least two delays (each op crosses a delayed link at least once each way).
-//!
-//! Needs root (`unshare --net`), nftables and a built `raft-node` next to the `jepsen` binary
-//! (`cargo build -p raft-node`); without them it skips with a message.
-
-use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
 
 use serde_json::Value;
 
-/// Why the test cannot run here, if it cannot.
-fn missing_prerequisite() -> Option<String> {
-    let works = |program: &str, args: &[&str]| {
-        Command::new(program).args(args).stdout(Stdio::null()).stderr(Stdio::null()).status().is_ok_and(|s| s.success())
-    };
-    if !works("unshare", &["--net", "true"]) {
-        return Some("`unshare --net` is not permitted (needs root)".to_string());
-    }
-    if !works("nft", &["--version"]) {
-        return Some("nftables (`nft`) is not installed".to_string());
-    }
-    let server = Path::new(env!("CARGO_BIN_EXE_jepsen")).with_file_name("raft-node");
-    if !server.is_file() {
-        return Some(format!("{} is missing; run `cargo build -p raft-node` first", server.display()));
-    }
-    None
-}
-
-/// Runs `jepsen test <args>` into `store` and returns the report folder.
-fn run(store: &Path, args: &[&str]) -> PathBuf {
-    let output = Command::new(env!("CARGO_BIN_EXE_jepsen"))
-        .arg("test")
-        .args(args)
-        .arg("--store")
-        .arg(store)
-        .output()
-        .expect("run jepsen");
-    let stdout = String::from_utf8_lossy(&output.stdout);
-    eprintln!("{stdout}");
-    std::fs::read_dir(store)
-        .expect("store")
-        .filter_map(Result::ok)
-        .map(|entry| entry.path())
-        .find(|path| path.join("summary.json").is_file())
-        .unwrap_or_else(|| {
-            panic!("no report (status {}):\n{stdout}\n{}", output.status, String::from_utf8_lossy(&output.stderr))
-        })
-}
-
-fn read_jsonl(path: &Path) -> Vec<Value> {
-    let text = std::fs::read_to_string(path).unwrap_or_else(|err| panic!("{}: {err}", path.display()));
-    text.lines().map(|line| serde_json::from_str(line).expect("a JSON line")).collect()
-}
+use crate::common::{jepsen_test, start};
 
 /// A fault window from the nemesis log: its kind, detail and [start, stop) in run time.
 struct Window {
@@ -119,43 +71,35 @@ fn hit(window: &Window, op: &Done) -> bool {
 
 #[test]
 fn one_way_client_cut_delay_and_loss_against_ours_are_valid_and_visible() {
-    if let Some(why) = missing_prerequisite() {
-        eprintln!("skipped: {why}");
-        return;
-    }
-    let store = tempfile::tempdir().expect("temp store");
-    let dir = run(
-        store.path(),
-        &[
-            "--target",
-            "ours",
-            "--workload",
-            "register",
-            "--nemesis",
-            "one-way,client-cut,delay,loss",
-            "--time-limit",
-            "20",
-            "--nemesis-interval",
-            "2",
-            "--seed",
-            "10",
-            "--delay-ms",
-            "50",
-            "--delay-jitter-ms",
-            "10",
-            "--check-timeout",
-            "60",
-        ],
-    );
-    let summary: Value =
-        serde_json::from_str(&std::fs::read_to_string(dir.join("summary.json")).expect("summary.json")).expect("json");
+    let Some(_one_at_a_time) = start() else { return };
+    let report = jepsen_test(&[
+        "--target",
+        "ours",
+        "--workload",
+        "register",
+        "--nemesis",
+        "one-way,client-cut,delay,loss",
+        "--time-limit",
+        "20",
+        "--nemesis-interval",
+        "2",
+        "--seed",
+        "10",
+        "--delay-ms",
+        "50",
+        "--delay-jitter-ms",
+        "10",
+        "--check-timeout",
+        "60",
+    ]);
+    let summary = &report.summary;
     assert_eq!(summary["valid"], "valid", "{summary:#}");
 
-    let windows = windows(&read_jsonl(&dir.join("nemesis.jsonl")));
+    let windows = windows(&report.jsonl("nemesis.jsonl"));
     for fault in ["one-way", "client-cut", "delay", "loss"] {
         assert!(windows.iter().any(|w| w.fault == fault), "{fault} never started: {summary:#}");
     }
-    let ops = completed_ops(&read_jsonl(&dir.join("history.jsonl")));
+    let ops = completed_ops(&report.jsonl("history.jsonl"));
     let within = |w: &Window, op: &Done| w.start_ns <= op.invoked_ns && op.completed_ns < w.stop_ns && hit(w, op);
     for window in windows.iter().filter(|w| w.fault == "client-cut") {
         let served: Vec<&Done> = ops.iter().filter(|op| within(window, op) && op.outcome == "ok").collect();

@@ -2,30 +2,12 @@
 //! of workloads and faults, each a child `jepsen test` in its own namespaces. Every run must be
 //! valid, and the campaign folder must hold the table, the rows and a report per run.
 //!
-//! Needs root (`unshare`), nftables and a built `raft-node` next to the `jepsen` binary; without
-//! them it skips with a message.
 
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
 
 use serde_json::Value;
 
-fn missing_prerequisite() -> Option<String> {
-    let works = |program: &str, args: &[&str]| {
-        Command::new(program).args(args).stdout(Stdio::null()).stderr(Stdio::null()).status().is_ok_and(|s| s.success())
-    };
-    if !works("unshare", &["--net", "--pid", "--fork", "true"]) {
-        return Some("`unshare --net --pid` is not permitted (needs root)".to_string());
-    }
-    if !works("nft", &["--version"]) {
-        return Some("nftables (`nft`) is not installed".to_string());
-    }
-    let server = Path::new(env!("CARGO_BIN_EXE_jepsen")).with_file_name("raft-node");
-    if !server.is_file() {
-        return Some(format!("{} is missing; run `cargo build -p raft-node` first", server.display()));
-    }
-    None
-}
+use crate::common::{jepsen, start};
 
 /// The one `campaign-*` folder in `store`.
 fn campaign_dir(store: &Path) -> PathBuf {
@@ -41,12 +23,9 @@ fn campaign_dir(store: &Path) -> PathBuf {
 
 #[test]
 fn the_smoke_campaign_passes_on_our_cluster() {
-    if let Some(why) = missing_prerequisite() {
-        eprintln!("skipped: {why}");
-        return;
-    }
+    let Some(_one_at_a_time) = start() else { return };
     let store = tempfile::tempdir().expect("temp store");
-    let output = Command::new(env!("CARGO_BIN_EXE_jepsen"))
+    let output = jepsen()
         .args(["campaign", "--smoke", "--target", "ours", "--store"])
         .arg(store.path())
         .output()

@@ -1,0 +1,17 @@
+//! End to end: `jepsen test` and `jepsen campaign` against our three-member cluster, each run in
+//! private network and PID namespaces. One test binary for all (one link); each module covers one
+//! part of the harness, and a run must both come out right and show that its faults acted.
+//!
+//! They need root (`unshare --net --pid`), nftables and a built `raft-node` next to the `jepsen`
+//! binary (`cargo build -p raft-node`); without them they skip with a message. The runs share two
+//! cores with everything else, so they run one at a time and stay short.
+
+mod common;
+
+mod campaign;
+mod cluster_faults;
+mod lease;
+mod net_faults;
+mod register;
+mod set_append;
+mod watch_mixed;
