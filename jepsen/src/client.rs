@@ -39,6 +39,25 @@ pub async fn with_timeout<T>(
     }
 }
 
+/// A response header's revision; 0 when the answer had no header.
+pub fn header_revision(header: Option<&pb::ResponseHeader>) -> i64 {
+    header.map_or(0, |h| h.revision)
+}
+
+/// The `range_end` that covers every key starting with `prefix` (etcd's `--prefix`): the prefix
+/// with its last byte below 0xff incremented and the rest cut off.
+pub fn prefix_end(prefix: &[u8]) -> Vec<u8> {
+    let mut end = prefix.to_vec();
+    while let Some(last) = end.pop() {
+        if last < 0xff {
+            end.push(last + 1);
+            return end;
+        }
+    }
+    // Empty, or only 0xff bytes: `\0`, which etcd reads as "to the end of the keyspace".
+    vec![0]
+}
+
 /// What Maintenance.Status says about a member.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct MemberStatus {
@@ -88,7 +107,7 @@ pub async fn put(channel: &Channel, key: &str, value: &str, timeout: Duration) -
     let request =
         pb::PutRequest { key: key.as_bytes().to_vec(), value: value.as_bytes().to_vec(), ..Default::default() };
     let response = with_timeout(timeout, client.put(request)).await?;
-    Ok(response.header.map_or(0, |h| h.revision))
+    Ok(header_revision(response.header.as_ref()))
 }
 
 /// A member as Cluster.MemberList shows it.
@@ -168,4 +187,16 @@ pub fn never_sent(status: &tonic::Status) -> bool {
 /// A short description of a gRPC error for the history (`Unavailable: etcdserver: request timed out`).
 pub fn describe(status: &tonic::Status) -> String {
     format!("{:?}: {}", status.code(), status.message())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn prefix_ends() {
+        assert_eq!(prefix_end(b"jepsen/lease/"), b"jepsen/lease0".to_vec());
+        assert_eq!(prefix_end(&[b'a', 0xff]), b"b".to_vec());
+        assert_eq!(prefix_end(&[0xff]), vec![0]);
+    }
 }

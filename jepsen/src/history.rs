@@ -211,16 +211,20 @@ pub fn pair<P>(ops: impl IntoIterator<Item = Op<P>>) -> Result<Vec<OpPair<P>>> {
     Ok(pairs)
 }
 
+/// A register's payload, for the tests of code that takes any payload (pairing, JSONL, reports,
+/// plots).
+#[cfg(test)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "f", content = "value", rename_all = "kebab-case")]
+pub(crate) enum TestKv {
+    Read(Option<i64>),
+    Write(i64),
+}
+
 #[cfg(test)]
 mod tests {
+    use super::TestKv as Kv;
     use super::*;
-
-    #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-    #[serde(tag = "f", content = "value", rename_all = "kebab-case")]
-    enum Kv {
-        Read(Option<i64>),
-        Write(i64),
-    }
 
     fn sample() -> Vec<Op<Kv>> {
         vec![

@@ -61,14 +61,7 @@ pub async fn shrink(cluster: &mut Cluster, victim: usize, why: &str) -> Result<C
             return Ok(Change::Failed(format!("could not remove {name}: {last_error}")));
         }
         attempt += 1;
-        let members = match list(&others, attempt).await {
-            Ok(members) => members,
-            Err(err) => {
-                last_error = format!("MemberList: {err}");
-                tokio::time::sleep(RETRY_PAUSE).await;
-                continue;
-            }
-        };
+        let Some(members) = look(&others, attempt, &mut last_error).await else { continue };
         let Some(listed) = find(&members, &peer_url) else {
             // Gone already: an earlier attempt that timed out went through after all.
             break cluster.member_id(victim);
@@ -115,14 +108,7 @@ pub async fn grow(cluster: &mut Cluster, victim: usize) -> Result<Change> {
             return Ok(Change::Failed(format!("could not add {name} back: {last_error}")));
         }
         attempt += 1;
-        let members = match list(&others, attempt).await {
-            Ok(members) => members,
-            Err(err) => {
-                last_error = format!("MemberList: {err}");
-                tokio::time::sleep(RETRY_PAUSE).await;
-                continue;
-            }
-        };
+        let Some(members) = look(&others, attempt, &mut last_error).await else { continue };
         if let Some(listed) = find(&members, &peer_url) {
             break (listed.clone(), members);
         }
@@ -269,6 +255,19 @@ async fn wait_caught_up(cluster: &Cluster, victim: usize, deadline: Instant) -> 
 async fn list(channels: &[Channel], attempt: usize) -> Result<Vec<ListedMember>, String> {
     let channel = &channels[attempt % channels.len()];
     client::member_list(channel, CALL_TIMEOUT).await.map_err(|status| client::describe(&status))
+}
+
+/// One look at the membership in a change's retry loop: the members, or `None` once the error is
+/// noted in `last_error` and the pause before the next attempt is over.
+async fn look(channels: &[Channel], attempt: usize, last_error: &mut String) -> Option<Vec<ListedMember>> {
+    match list(channels, attempt).await {
+        Ok(members) => Some(members),
+        Err(err) => {
+            *last_error = format!("MemberList: {err}");
+            tokio::time::sleep(RETRY_PAUSE).await;
+            None
+        }
+    }
 }
 
 fn channels_except(cluster: &Cluster, victim: usize) -> Vec<Channel> {

@@ -194,17 +194,10 @@ pub fn render(summary: &Summary) -> String {
 #[cfg(test)]
 mod tests {
     use clap::Parser;
-    use serde::Deserialize;
 
     use super::*;
+    use crate::history::TestKv as Kv;
     use crate::options::FaultKind;
-
-    #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-    #[serde(tag = "f", content = "value", rename_all = "kebab-case")]
-    enum Kv {
-        Read(Option<i64>),
-        Write(i64),
-    }
 
     #[derive(Parser)]
     struct Cli {

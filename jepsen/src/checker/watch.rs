@@ -47,6 +47,25 @@ pub struct Event {
     pub prev_kv: Option<PrevKv>,
 }
 
+/// Hand-built events for tests: neither a key's creation nor carrying `prev_kv`.
+#[cfg(test)]
+impl Event {
+    pub(crate) fn put(key: &str, value: &str, revision: i64) -> Event {
+        Event { kind: EventKind::Put, key: key.into(), value: value.into(), revision, is_create: false, prev_kv: None }
+    }
+
+    pub(crate) fn delete(key: &str, revision: i64) -> Event {
+        Event {
+            kind: EventKind::Delete,
+            key: key.into(),
+            value: String::new(),
+            revision,
+            is_create: false,
+            prev_kv: None,
+        }
+    }
+}
+
 /// The key's previous version as carried by an event.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct PrevKv {
@@ -323,31 +342,16 @@ mod tests {
     use crate::history::{read_jsonl, write_jsonl};
     use crate::Validity;
 
-    fn put(key: &str, value: &str, revision: i64) -> Event {
-        Event { kind: EventKind::Put, key: key.into(), value: value.into(), revision, is_create: false, prev_kv: None }
-    }
-
-    fn delete(key: &str, revision: i64) -> Event {
-        Event {
-            kind: EventKind::Delete,
-            key: key.into(),
-            value: String::new(),
-            revision,
-            is_create: false,
-            prev_kv: None,
-        }
-    }
-
     /// The ground truth: a=1@2, b=1@3, a=2@4, a deleted@5, a=3@6, {a=4, b=2}@7 (one txn).
     fn truth() -> Vec<Event> {
         vec![
-            put("a", "1", 2),
-            put("b", "1", 3),
-            put("a", "2", 4),
-            delete("a", 5),
-            put("a", "3", 6),
-            put("a", "4", 7),
-            put("b", "2", 7),
+            Event::put("a", "1", 2),
+            Event::put("b", "1", 3),
+            Event::put("a", "2", 4),
+            Event::delete("a", 5),
+            Event::put("a", "3", 6),
+            Event::put("a", "4", 7),
+            Event::put("b", "2", 7),
         ]
     }
 
@@ -454,8 +458,8 @@ mod tests {
                 AnomalyKind::WatchPrevKv,
             ),
             ("missing prev_kv", |s| events_mut(s)[2].prev_kv = None, AnomalyKind::WatchPrevKv),
-            ("invented event", |s| s.responses[0].events.push(put("a", "x", 2)), AnomalyKind::WatchDuplicate),
-            ("invented revision", |s| s.responses.push(response(vec![put("a", "x", 8)])), AnomalyKind::WatchGap),
+            ("invented event", |s| s.responses[0].events.push(Event::put("a", "x", 2)), AnomalyKind::WatchDuplicate),
+            ("invented revision", |s| s.responses.push(response(vec![Event::put("a", "x", 8)])), AnomalyKind::WatchGap),
             ("wrong value", |s| events_mut(s)[0].value = "9".into(), AnomalyKind::WatchGap),
             (
                 "late start",

@@ -138,17 +138,8 @@ pub(super) fn throughput(samples: &[Sample], end_ns: u64, width_s: u64) -> Vec<(
 
 #[cfg(test)]
 mod tests {
-    use serde::Deserialize;
-
     use super::*;
-    use crate::history::{self, Op};
-
-    #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-    #[serde(tag = "f", content = "value", rename_all = "kebab-case")]
-    enum Kv {
-        Read(Option<i64>),
-        Write(i64),
-    }
+    use crate::history::{self, Op, TestKv as Kv};
 
     fn event(time_ns: u64, f: &'static str, fault: FaultKind) -> NemesisEvent {
         NemesisEvent { time_ns, f, fault, detail: format!("{f} {}", fault.name()) }

@@ -45,11 +45,11 @@ use tracing::warn;
 use crate::checker::list_append::{self, AppendOp, Mop};
 use crate::checker::revision::{self, Access};
 use crate::checker::CheckResult;
-use crate::client::{self, with_timeout};
-use crate::history::{Op, OpPair, OpType};
+use crate::client::{header_revision, with_timeout};
+use crate::history::OpPair;
 use crate::recorder::Recorder;
 use crate::workload::set::{unparsable_answers, UNPARSABLE};
-use crate::workload::{FinishContext, WorkerContext, Workload};
+use crate::workload::{self, FinishContext, OpError, WorkerContext, Workload};
 
 /// Lists are keys `<KEY_PREFIX><n>`.
 pub const KEY_PREFIX: &str = "jepsen/append/";
@@ -146,9 +146,7 @@ impl Workload for ListAppendWorkload {
         let mut kv = pb::kv_client::KvClient::new(ctx.channel.clone());
         while ctx.pace(&mut rng).await {
             let mops = self.next_txn(&mut rng);
-            if perform(&mut kv, &recorder, process, &ctx.member, mops, ctx.op_timeout).await == OpType::Info {
-                process = recorder.fresh_process();
-            }
+            perform(&mut kv, &recorder, &mut process, &ctx.member, mops, ctx.op_timeout).await;
         }
     }
 
@@ -161,8 +159,8 @@ impl Workload for ListAppendWorkload {
                 let mops: Vec<Mop> = batch.iter().map(|key| Mop::Read { key: key.clone(), value: None }).collect();
                 let mut read = false;
                 for _ in 0..FINAL_READ_ATTEMPTS {
-                    let process = recorder.fresh_process();
-                    if perform(&mut kv, recorder, process, member, mops.clone(), ctx.op_timeout).await == OpType::Ok {
+                    let mut process = recorder.fresh_process();
+                    if perform(&mut kv, recorder, &mut process, member, mops.clone(), ctx.op_timeout).await.is_some() {
                         read = true;
                         break;
                     }
@@ -185,41 +183,19 @@ impl Workload for ListAppendWorkload {
     }
 }
 
-/// Runs one transaction and records its invocation and completion under `process`; the
-/// completion's type.
+/// Runs one transaction under `*process` by the client rules ([`workload::perform`]); the `ok`
+/// transaction and revision. Which errors leave it certainly unwritten is for [`execute`] to say
+/// (every error of a read-only transaction does), so no op counts as read-only here.
 async fn perform(
     kv: &mut pb::kv_client::KvClient<Channel>,
     recorder: &Recorder<AppendOp>,
-    process: u64,
+    process: &mut u64,
     member: &str,
     mops: Vec<Mop>,
     timeout: Duration,
-) -> OpType {
-    let op = AppendOp::Txn(mops);
-    recorder.record(|t| Op::invoke(process, op.clone(), t).with_member(member));
-    let AppendOp::Txn(mops) = &op;
-    let result = execute(kv, mops, timeout).await;
-    let kind = match &result {
-        Ok(_) => OpType::Ok,
-        Err(err) if err.definite => OpType::Fail,
-        Err(_) => OpType::Info,
-    };
-    recorder.record(|t| {
-        let done = Op::new(process, kind, op, t).with_member(member);
-        match result {
-            Ok((mops, revision)) => Op { payload: AppendOp::Txn(mops), ..done.with_revision(revision) },
-            Err(err) => done.with_error(err.text),
-        }
-    });
-    kind
-}
-
-/// Why a transaction did not complete `ok`.
-#[derive(Debug)]
-struct OpError {
-    text: String,
-    /// The transaction certainly wrote nothing.
-    definite: bool,
+) -> Option<(AppendOp, i64)> {
+    let request = async { execute(kv, &mops, timeout).await.map(|(done, revision)| (AppendOp::Txn(done), revision)) };
+    workload::perform(recorder, process, AppendOp::Txn(mops.clone()), false, |o| o.with_member(member), request).await
 }
 
 /// Sends a transaction; its completed micro-ops and the header revision of the request that decided it.
@@ -231,23 +207,21 @@ async fn execute(
     let appended = appended_keys(mops);
     let read = read_keys(mops);
     // Before the commit is sent nothing can have been written, whatever went wrong.
-    let before_commit = |err: tonic::Status| OpError { text: client::describe(&err), definite: true };
+    let before_commit = |err: tonic::Status| OpError { definite: true, ..OpError::status(err) };
     let unparsable = |why: String, definite: bool| OpError { text: format!("{UNPARSABLE}{why}"), definite };
 
     if appended.is_empty() {
         let response = with_timeout(timeout, kv.txn(ranges_txn(&read))).await.map_err(before_commit)?;
         let committed = parse_ranges(&read, &response.responses).map_err(|why| unparsable(why, true))?;
         let lists = committed.into_iter().map(|(key, seen)| (key, seen.list)).collect();
-        return Ok((complete(mops, &lists), revision(response.header.as_ref())));
+        return Ok((complete(mops, &lists), header_revision(response.header.as_ref())));
     }
 
     let response = with_timeout(timeout, kv.txn(ranges_txn(&appended))).await.map_err(before_commit)?;
     let pre = parse_ranges(&appended, &response.responses).map_err(|why| unparsable(why, true))?;
 
     let commit = commit_request(mops, &read, &pre);
-    let response = with_timeout(timeout, kv.txn(commit))
-        .await
-        .map_err(|err| OpError { text: client::describe(&err), definite: client::never_sent(&err) })?;
+    let response = with_timeout(timeout, kv.txn(commit)).await.map_err(OpError::status)?;
     if !response.succeeded {
         return Err(OpError {
             text: "compare failed: an appended key changed since the pre-read".into(),
@@ -268,7 +242,7 @@ async fn execute(
         }
     }
     let lists = committed.into_iter().map(|(key, seen)| (key, seen.list)).collect();
-    Ok((complete(mops, &lists), revision(response.header.as_ref())))
+    Ok((complete(mops, &lists), header_revision(response.header.as_ref())))
 }
 
 /// A key as one range saw it.
@@ -417,10 +391,6 @@ fn decode_list(bytes: &[u8]) -> Result<Vec<i64>, String> {
     Ok(list)
 }
 
-fn revision(header: Option<&pb::ResponseHeader>) -> i64 {
-    header.map_or(0, |h| h.revision)
-}
-
 #[cfg(test)]
 mod tests {
     use std::collections::HashSet;
@@ -428,6 +398,7 @@ mod tests {
     use proto::mvccpb::KeyValue;
 
     use super::*;
+    use crate::history::{Op, OpType};
 
     fn append(key: &str, value: i64) -> Mop {
         Mop::Append { key: key.to_string(), value }

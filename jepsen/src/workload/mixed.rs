@@ -27,11 +27,11 @@ use tonic::transport::Channel;
 use crate::checker::kv_model::{self, Compare, Delete, Expect, Kv, KvOp, Put, Range, Txn, TxnWrite};
 use crate::checker::revision;
 use crate::checker::CheckResult;
-use crate::client::{self, with_timeout};
-use crate::history::{Op, OpPair, OpType};
+use crate::client::{header_revision, with_timeout};
+use crate::history::{Op, OpPair};
 use crate::recorder::Recorder;
 use crate::workload::truth::{self, AckedRevision, Collected, TruthWatcher};
-use crate::workload::{FinishContext, WorkerContext, Workload};
+use crate::workload::{self, FinishContext, OpError, WorkerContext, Workload};
 
 /// Keys are `<KEY_PREFIX>k<n>`.
 pub const KEY_PREFIX: &str = "jepsen/mixed/";
@@ -276,44 +276,25 @@ impl<'a> Worker<'a> {
         }
     }
 
-    /// Invokes `op`, records its completion, and returns the completed op and its header revision
-    /// when it is `ok`.
+    /// Runs `op` by the client rules ([`workload::perform`]); the completed op and its header
+    /// revision when it is `ok`.
     pub(crate) async fn perform(&mut self, op: KvOp) -> Option<(KvOp, i64)> {
-        let process = self.process;
         let key = single_key(&op);
-        let member = self.member.clone();
         let stamp = |o: Op<KvOp>| {
-            let o = o.with_member(member.as_str());
+            let o = o.with_member(self.member.as_str());
             match &key {
                 Some(k) => o.with_key(k.as_str()),
                 None => o,
             }
         };
-        self.recorder.record(|t| stamp(Op::invoke(process, op.clone(), t)));
-        let result = execute(&mut self.kv, &op, self.timeout).await;
-        let kind = match &result {
-            Ok(_) => OpType::Ok,
-            Err(err) if matches!(op, KvOp::Range(_)) || err.never_sent => OpType::Fail,
-            Err(_) => OpType::Info,
-        };
-        self.recorder.record(|t| match &result {
-            Ok((done, revision)) => stamp(Op::new(process, kind, done.clone(), t).with_revision(*revision)),
-            Err(err) => stamp(Op::new(process, kind, op.clone(), t).with_error(&err.text)),
-        });
-        match result {
-            Ok((done, revision)) => {
-                if kv_model::access(&done) == revision::Access::Write {
-                    self.acked.observe(revision);
-                }
-                Some((done, revision))
-            }
-            Err(_) => {
-                if kind == OpType::Info {
-                    self.process = self.recorder.fresh_process();
-                }
-                None
-            }
+        let read_only = matches!(op, KvOp::Range(_));
+        let request = execute(&mut self.kv, &op, self.timeout);
+        let (done, revision) =
+            workload::perform(self.recorder, &mut self.process, op.clone(), read_only, stamp, request).await?;
+        if kv_model::access(&done) == revision::Access::Write {
+            self.acked.observe(revision);
         }
+        Some((done, revision))
     }
 }
 
@@ -327,36 +308,22 @@ fn single_key(op: &KvOp) -> Option<String> {
     }
 }
 
-/// Why an op did not complete `ok`.
-pub(crate) struct OpError {
-    text: String,
-    /// The request never left the client, so it had no effect.
-    never_sent: bool,
-}
-
-impl OpError {
-    fn answered(text: &str) -> OpError {
-        OpError { text: text.to_string(), never_sent: false }
-    }
-}
-
 /// Sends one request; the completed op (with its results) and the header revision.
 async fn execute(
     kv: &mut pb::kv_client::KvClient<Channel>,
     op: &KvOp,
     timeout: Duration,
 ) -> Result<(KvOp, i64), OpError> {
-    let describe = |err: tonic::Status| OpError { text: client::describe(&err), never_sent: client::never_sent(&err) };
-    let revision = |header: Option<&pb::ResponseHeader>| header.map_or(0, |h| h.revision);
     match op {
         KvOp::Put(put) => {
-            let response = with_timeout(timeout, kv.put(put_request(put))).await.map_err(describe)?;
-            Ok((op.clone(), revision(response.header.as_ref())))
+            let response = with_timeout(timeout, kv.put(put_request(put))).await.map_err(OpError::status)?;
+            Ok((op.clone(), header_revision(response.header.as_ref())))
         }
         KvOp::Delete(delete) => {
-            let response = with_timeout(timeout, kv.delete_range(delete_request(delete))).await.map_err(describe)?;
+            let response =
+                with_timeout(timeout, kv.delete_range(delete_request(delete))).await.map_err(OpError::status)?;
             let done = Delete { deleted: Some(response.deleted), ..delete.clone() };
-            Ok((KvOp::Delete(done), revision(response.header.as_ref())))
+            Ok((KvOp::Delete(done), header_revision(response.header.as_ref())))
         }
         KvOp::Range(range) => {
             let request = pb::RangeRequest {
@@ -365,15 +332,15 @@ async fn execute(
                 serializable: range.serializable,
                 ..Default::default()
             };
-            let response = with_timeout(timeout, kv.range(request)).await.map_err(describe)?;
+            let response = with_timeout(timeout, kv.range(request)).await.map_err(OpError::status)?;
             let kvs: Vec<Kv> = response.kvs.iter().map(truth::kv_of).collect();
             let done = Range { kvs: Some(kvs), ..range.clone() };
-            Ok((KvOp::Range(done), revision(response.header.as_ref())))
+            Ok((KvOp::Range(done), header_revision(response.header.as_ref())))
         }
         KvOp::Txn(txn) => {
-            let response = with_timeout(timeout, kv.txn(txn_request(txn))).await.map_err(describe)?;
+            let response = with_timeout(timeout, kv.txn(txn_request(txn))).await.map_err(OpError::status)?;
             let done = txn_result(txn, &response).map_err(OpError::answered)?;
-            Ok((KvOp::Txn(done), revision(response.header.as_ref())))
+            Ok((KvOp::Txn(done), header_revision(response.header.as_ref())))
         }
     }
 }

@@ -2,7 +2,8 @@
 //!
 //! Every workload follows the same client rules (see [`crate::history`]): one outstanding op per
 //! logical process, no retries of writes, unique written values, an indeterminate write recorded
-//! as `info` after which the worker continues under a fresh process id.
+//! as `info` after which the worker continues under a fresh process id. [`perform`] applies them to
+//! one op; the lease workload, whose errors can carry an observation, applies [`failed_kind`] itself.
 //!
 //! Each workload implements [`Workload`]: its workers run until the end of the run while the
 //! nemesis injects faults; after the final heal and convergence, [`Workload::finish`] may do final
@@ -34,7 +35,8 @@ use tokio::time::Instant;
 use tonic::transport::Channel;
 
 use crate::checker::CheckResult;
-use crate::history::OpPair;
+use crate::client;
+use crate::history::{Op, OpPair, OpType};
 use crate::recorder::Recorder;
 
 pub mod lease;
@@ -114,5 +116,116 @@ impl WorkerContext {
         let pause = if max > 0.0 { Duration::from_secs_f64(rng.gen_range(0.0..max)) } else { Duration::ZERO };
         tokio::time::sleep_until(self.end.min(Instant::now() + pause)).await;
         Instant::now() < self.end
+    }
+}
+
+/// Why an op did not complete `ok`.
+#[derive(Debug)]
+pub(crate) struct OpError {
+    /// The history's `error`.
+    pub(crate) text: String,
+    /// The op certainly had no effect: it was never sent, or the server answered that it changed
+    /// nothing.
+    pub(crate) definite: bool,
+}
+
+impl OpError {
+    /// A gRPC error: definite only when the request never left the client.
+    pub(crate) fn status(status: tonic::Status) -> OpError {
+        OpError { text: client::describe(&status), definite: client::never_sent(&status) }
+    }
+
+    /// The server answered, but not as the workload expects: what the op did is unknown.
+    pub(crate) fn answered(text: impl Into<String>) -> OpError {
+        OpError { text: text.into(), definite: false }
+    }
+}
+
+/// The completion type of an op that erred: `fail` when it certainly had no effect (it only reads,
+/// or the error is definite), else `info`.
+pub(crate) fn failed_kind(read_only: bool, definite: bool) -> OpType {
+    if read_only || definite {
+        OpType::Fail
+    } else {
+        OpType::Info
+    }
+}
+
+/// Runs one op by the client rules: records its invocation under `*process`, awaits `request`
+/// (which sends it, once), and records the completion: `ok` with the payload and header revision
+/// the request returned, or the invoked op with the error text as `fail` or `info` (see
+/// [`failed_kind`]). After an `info` the process is crashed, so `*process` becomes a fresh one.
+/// `stamp` adds what both entries carry (member, key). Returns the `ok` payload and revision.
+pub(crate) async fn perform<P: Clone + Serialize>(
+    recorder: &Recorder<P>,
+    process: &mut u64,
+    op: P,
+    read_only: bool,
+    stamp: impl Fn(Op<P>) -> Op<P>,
+    request: impl Future<Output = Result<(P, i64), OpError>>,
+) -> Option<(P, i64)> {
+    let invoker = *process;
+    recorder.record(|t| stamp(Op::invoke(invoker, op.clone(), t)));
+    match request.await {
+        Ok((done, revision)) => {
+            recorder.record(|t| stamp(Op::new(invoker, OpType::Ok, done.clone(), t)).with_revision(revision));
+            Some((done, revision))
+        }
+        Err(err) => {
+            let kind = failed_kind(read_only, err.definite);
+            recorder.record(|t| stamp(Op::new(invoker, kind, op, t)).with_error(err.text));
+            if kind == OpType::Info {
+                *process = recorder.fresh_process();
+            }
+            None
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::checker::register::{RegisterOp, RegisterWrite};
+    use crate::recorder::Clock;
+
+    fn write(value: i64, version: Option<i64>) -> RegisterOp {
+        RegisterOp::Write(RegisterWrite { value, version })
+    }
+
+    fn stamp(op: Op<RegisterOp>) -> Op<RegisterOp> {
+        op.with_member("n1").with_key("k")
+    }
+
+    /// Each way a request can end: what is recorded, and whether the worker keeps its process.
+    #[tokio::test]
+    async fn perform_follows_the_client_rules() {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let recorder: Recorder<RegisterOp> =
+            Recorder::create(&dir.path().join("history.jsonl"), Clock::start()).expect("create");
+        let refused = OpError { text: "refused".into(), definite: true };
+        type Case = (&'static str, bool, Result<(RegisterOp, i64), OpError>, OpType, bool);
+        let cases: Vec<Case> = vec![
+            ("ok", false, Ok((write(1, Some(3)), 7)), OpType::Ok, true),
+            ("read that erred", true, Err(OpError::answered("garbage")), OpType::Fail, true),
+            ("write never sent", false, Err(refused), OpType::Fail, true),
+            ("write timed out", false, Err(OpError::answered("timeout")), OpType::Info, false),
+        ];
+        for (name, read_only, result, kind, keeps_process) in cases {
+            let mut process = recorder.fresh_process();
+            let invoked = process;
+            let mut done = stamp(Op::new(invoked, kind, write(1, None), 0));
+            match &result {
+                Ok((payload, revision)) => done = Op { payload: payload.clone(), ..done.with_revision(*revision) },
+                Err(err) => done.error = Some(err.text.clone()),
+            }
+            let want_ok = result.as_ref().ok().cloned();
+
+            let got = perform(&recorder, &mut process, write(1, None), read_only, stamp, async { result }).await;
+            assert_eq!(got, want_ok, "{name}");
+            assert_eq!(process == invoked, keeps_process, "{name}");
+            let mut ops = recorder.finish().expect("finish");
+            ops.iter_mut().for_each(|op| op.time_ns = 0);
+            assert_eq!(ops, vec![stamp(Op::invoke(invoked, write(1, None), 0)), done], "{name}");
+        }
     }
 }

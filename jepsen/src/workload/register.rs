@@ -23,10 +23,10 @@ use tonic::transport::Channel;
 use crate::checker::register::{self, RegisterCas, RegisterOp, RegisterWrite, Versioned};
 use crate::checker::revision::{self, Access};
 use crate::checker::CheckResult;
-use crate::client::{self, with_timeout};
-use crate::history::{Op, OpPair, OpType};
+use crate::client::{header_revision, with_timeout};
+use crate::history::{Op, OpPair};
 use crate::recorder::Recorder;
-use crate::workload::{WorkerContext, Workload};
+use crate::workload::{perform, OpError, WorkerContext, Workload};
 
 /// Keys are `<KEY_PREFIX><n>`.
 pub const KEY_PREFIX: &str = "jepsen/register/";
@@ -120,13 +120,11 @@ impl RegisterWorkload {
     ) -> Result<(RegisterOp, i64), OpError> {
         let key_bytes = key.as_bytes().to_vec();
         let timeout = ctx.op_timeout;
-        let describe =
-            |err: tonic::Status| OpError { text: client::describe(&err), never_sent: client::never_sent(&err) };
         match op {
             RegisterOp::Read(_) => {
                 let request =
                     pb::RangeRequest { key: key_bytes, serializable: self.serializable_reads, ..Default::default() };
-                let response = with_timeout(timeout, kv.range(request)).await.map_err(describe)?;
+                let response = with_timeout(timeout, kv.range(request)).await.map_err(OpError::status)?;
                 let read = match response.kvs.first() {
                     Some(found) => {
                         let value = parse_value(&found.value).map_err(OpError::answered)?;
@@ -134,14 +132,14 @@ impl RegisterWorkload {
                     }
                     None => Versioned { value: None, version: Some(0) },
                 };
-                Ok((RegisterOp::Read(Some(read)), revision(response.header.as_ref())))
+                Ok((RegisterOp::Read(Some(read)), header_revision(response.header.as_ref())))
             }
             RegisterOp::Write(write) => {
                 let request = put(key_bytes, write.value);
-                let response = with_timeout(timeout, kv.put(request)).await.map_err(describe)?;
+                let response = with_timeout(timeout, kv.put(request)).await.map_err(OpError::status)?;
                 let version = new_version(response.prev_kv.as_ref());
                 let done = RegisterWrite { value: write.value, version: Some(version) };
-                Ok((RegisterOp::Write(done), revision(response.header.as_ref())))
+                Ok((RegisterOp::Write(done), header_revision(response.header.as_ref())))
             }
             RegisterOp::Cas(cas) => {
                 let compare = pb::Compare {
@@ -154,7 +152,7 @@ impl RegisterWorkload {
                 let success =
                     pb::RequestOp { request: Some(pb::request_op::Request::RequestPut(put(key_bytes, cas.new))) };
                 let request = pb::TxnRequest { compare: vec![compare], success: vec![success], failure: Vec::new() };
-                let response = with_timeout(timeout, kv.txn(request)).await.map_err(describe)?;
+                let response = with_timeout(timeout, kv.txn(request)).await.map_err(OpError::status)?;
                 let version = if response.succeeded {
                     let prev_kv = match response.responses.first().and_then(|r| r.response.as_ref()) {
                         Some(pb::response_op::Response::ResponsePut(put)) => put.prev_kv.as_ref(),
@@ -165,7 +163,7 @@ impl RegisterWorkload {
                     None
                 };
                 let done = RegisterCas { succeeded: Some(response.succeeded), version, ..*cas };
-                Ok((RegisterOp::Cas(done), revision(response.header.as_ref())))
+                Ok((RegisterOp::Cas(done), header_revision(response.header.as_ref())))
             }
         }
     }
@@ -185,25 +183,11 @@ impl Workload for RegisterWorkload {
         let mut kv = pb::kv_client::KvClient::new(ctx.channel.clone());
         while ctx.pace(&mut rng).await {
             let (key, op) = self.next_op(&mut rng);
-            recorder.record(|t| Op::invoke(process, op.clone(), t).with_key(&key).with_member(&ctx.member));
-            let result = self.execute(&mut kv, &key, &op, &ctx).await;
-            let is_read = matches!(op, RegisterOp::Read(_));
-            let kind = match &result {
-                Ok(_) => OpType::Ok,
-                Err(err) if is_read || err.never_sent => OpType::Fail,
-                Err(_) => OpType::Info,
-            };
-            recorder.record(|t| {
-                let done = Op::new(process, kind, op.clone(), t).with_key(&key).with_member(&ctx.member);
-                match &result {
-                    Ok((payload, revision)) => Op { payload: payload.clone(), ..done.with_revision(*revision) },
-                    Err(err) => done.with_error(&err.text),
-                }
-            });
-            match result {
-                Ok((payload, _)) => self.observe(&key, &payload),
-                Err(_) if kind == OpType::Info => process = recorder.fresh_process(),
-                Err(_) => {}
+            let read_only = matches!(op, RegisterOp::Read(_));
+            let stamp = |o: Op<RegisterOp>| o.with_key(&key).with_member(&ctx.member);
+            let request = self.execute(&mut kv, &key, &op, &ctx);
+            if let Some((payload, _)) = perform(&recorder, &mut process, op.clone(), read_only, stamp, request).await {
+                self.observe(&key, &payload);
             }
         }
     }
@@ -221,20 +205,6 @@ impl Workload for RegisterWorkload {
     }
 }
 
-/// Why an op did not complete `ok`.
-struct OpError {
-    text: String,
-    /// The request never left the client (the connection was refused), so it had no effect.
-    never_sent: bool,
-}
-
-impl OpError {
-    /// The server answered, but not as the workload expects.
-    fn answered(text: String) -> OpError {
-        OpError { text, never_sent: false }
-    }
-}
-
 fn put(key: Vec<u8>, value: i64) -> pb::PutRequest {
     pb::PutRequest { key, value: value.to_string().into_bytes(), prev_kv: true, ..Default::default() }
 }
@@ -242,10 +212,6 @@ fn put(key: Vec<u8>, value: i64) -> pb::PutRequest {
 /// The key's version after a put that replaced `prev_kv` (no deletes in this workload).
 fn new_version(prev_kv: Option<&proto::mvccpb::KeyValue>) -> i64 {
     prev_kv.map_or(1, |kv| kv.version + 1)
-}
-
-fn revision(header: Option<&pb::ResponseHeader>) -> i64 {
-    header.map_or(0, |h| h.revision)
 }
 
 /// A stored value: the decimal a writer put. Anything else is reported rather than guessed at.

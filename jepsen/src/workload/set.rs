@@ -28,10 +28,10 @@ use tracing::warn;
 use crate::checker::revision::{self, Access};
 use crate::checker::set_full::{self, SetOp};
 use crate::checker::{Anomaly, AnomalyKind, CheckResult};
-use crate::client::{self, with_timeout};
-use crate::history::{Op, OpPair, OpType};
+use crate::client::{header_revision, prefix_end, with_timeout};
+use crate::history::OpPair;
 use crate::recorder::Recorder;
-use crate::workload::{FinishContext, WorkerContext, Workload};
+use crate::workload::{self, FinishContext, OpError, WorkerContext, Workload};
 
 /// Elements are keys `<KEY_PREFIX><element>`.
 pub const KEY_PREFIX: &str = "jepsen/set/";
@@ -90,9 +90,7 @@ impl Workload for SetWorkload {
         let mut kv = pb::kv_client::KvClient::new(ctx.channel.clone());
         while ctx.pace(&mut rng).await {
             let op = self.next_op(&mut rng);
-            if perform(&mut kv, &recorder, process, &ctx.member, op, ctx.op_timeout).await == OpType::Info {
-                process = recorder.fresh_process();
-            }
+            perform(&mut kv, &recorder, &mut process, &ctx.member, op, ctx.op_timeout).await;
         }
     }
 
@@ -102,9 +100,8 @@ impl Workload for SetWorkload {
             let mut kv = pb::kv_client::KvClient::new(channel.clone());
             let mut read = false;
             for _ in 0..FINAL_READ_ATTEMPTS {
-                let process = recorder.fresh_process();
-                let kind = perform(&mut kv, recorder, process, member, SetOp::Read(None), ctx.op_timeout).await;
-                if kind == OpType::Ok {
+                let mut process = recorder.fresh_process();
+                if perform(&mut kv, recorder, &mut process, member, SetOp::Read(None), ctx.op_timeout).await.is_some() {
                     read = true;
                     break;
                 }
@@ -126,48 +123,19 @@ impl Workload for SetWorkload {
     }
 }
 
-/// Runs `op` and records its invocation and completion under `process`; the completion's type.
+/// Runs `op` under `*process` by the client rules ([`workload::perform`]); the `ok` payload and
+/// revision.
 async fn perform(
     kv: &mut pb::kv_client::KvClient<Channel>,
     recorder: &Recorder<SetOp>,
-    process: u64,
+    process: &mut u64,
     member: &str,
     op: SetOp,
     timeout: Duration,
-) -> OpType {
-    recorder.record(|t| Op::invoke(process, op.clone(), t).with_member(member));
-    let result = execute(kv, &op, timeout).await;
-    let kind = match &result {
-        Ok(_) => OpType::Ok,
-        Err(err) if matches!(op, SetOp::Read(_)) || err.definite => OpType::Fail,
-        Err(_) => OpType::Info,
-    };
-    recorder.record(|t| {
-        let done = Op::new(process, kind, op, t).with_member(member);
-        match result {
-            Ok((payload, revision)) => Op { payload, ..done.with_revision(revision) },
-            Err(err) => done.with_error(err.text),
-        }
-    });
-    kind
-}
-
-/// Why an op did not complete `ok`.
-#[derive(Debug)]
-struct OpError {
-    text: String,
-    /// The op certainly had no effect: it was never sent, or the server said it wrote nothing.
-    definite: bool,
-}
-
-impl OpError {
-    fn status(err: &tonic::Status) -> OpError {
-        OpError { text: client::describe(err), definite: client::never_sent(err) }
-    }
-
-    fn unparsable(why: String) -> OpError {
-        OpError { text: format!("{UNPARSABLE}{why}"), definite: false }
-    }
+) -> Option<(SetOp, i64)> {
+    let read_only = matches!(op, SetOp::Read(_));
+    let request = execute(kv, &op, timeout);
+    workload::perform(recorder, process, op.clone(), read_only, |o| o.with_member(member), request).await
 }
 
 /// Sends one request; the completion payload and its header revision.
@@ -178,8 +146,7 @@ async fn execute(
 ) -> Result<(SetOp, i64), OpError> {
     match op {
         SetOp::Add(element) => {
-            let response =
-                with_timeout(timeout, kv.txn(add_request(*element))).await.map_err(|e| OpError::status(&e))?;
+            let response = with_timeout(timeout, kv.txn(add_request(*element))).await.map_err(OpError::status)?;
             if !response.succeeded {
                 // The failure branch is empty: this request wrote nothing, whatever put the key.
                 return Err(OpError {
@@ -187,12 +154,12 @@ async fn execute(
                     definite: true,
                 });
             }
-            Ok((SetOp::Add(*element), revision(response.header.as_ref())))
+            Ok((SetOp::Add(*element), header_revision(response.header.as_ref())))
         }
         SetOp::Read(_) => {
-            let response = with_timeout(timeout, kv.range(read_request())).await.map_err(|e| OpError::status(&e))?;
-            let elements = parse_set(&response.kvs).map_err(OpError::unparsable)?;
-            Ok((SetOp::Read(Some(elements)), revision(response.header.as_ref())))
+            let response = with_timeout(timeout, kv.range(read_request())).await.map_err(OpError::status)?;
+            let elements = parse_set(&response.kvs).map_err(|why| OpError::answered(format!("{UNPARSABLE}{why}")))?;
+            Ok((SetOp::Read(Some(elements)), header_revision(response.header.as_ref())))
         }
     }
 }
@@ -228,19 +195,6 @@ fn read_request() -> pb::RangeRequest {
     }
 }
 
-/// The `range_end` that covers every key starting with `prefix` (etcd's `--prefix`).
-pub(crate) fn prefix_end(prefix: &[u8]) -> Vec<u8> {
-    let mut end = prefix.to_vec();
-    while let Some(last) = end.pop() {
-        if last < 0xff {
-            end.push(last + 1);
-            return end;
-        }
-    }
-    // Only 0xff bytes: everything from the prefix on.
-    vec![0]
-}
-
 /// The elements of a read, in the order the server returned them (duplicates kept: the checker
 /// counts them). Every key must be `<KEY_PREFIX><n>` with value `n`, both canonical decimals.
 fn parse_set(kvs: &[proto::mvccpb::KeyValue]) -> Result<Vec<i64>, String> {
@@ -269,10 +223,6 @@ fn parse_element(bytes: &[u8]) -> Option<i64> {
     (element.to_string().as_bytes() == bytes).then_some(element)
 }
 
-fn revision(header: Option<&pb::ResponseHeader>) -> i64 {
-    header.map_or(0, |h| h.revision)
-}
-
 /// Completions whose answer the workload could not parse: the server returned something nobody
 /// wrote (or in a shape nobody asked for), which the history checker never sees as a value.
 pub(crate) fn unparsable_answers<P>(checker: &str, pairs: &[OpPair<P>]) -> CheckResult {
@@ -292,7 +242,7 @@ mod tests {
     use proto::mvccpb::KeyValue;
 
     use super::*;
-    use crate::history::pair;
+    use crate::history::{pair, Op, OpType};
     use crate::Validity;
 
     fn kv(key: &str, value: &str) -> KeyValue {

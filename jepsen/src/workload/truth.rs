@@ -56,14 +56,11 @@ const HISTORY_TIMEOUT: Duration = Duration::from_secs(15);
 /// How long the background watcher may take to reach the target revision after the heal.
 const BACKGROUND_TIMEOUT: Duration = Duration::from_secs(10);
 
+/// [`client::prefix_end`] as a string, for the ranges the checkers compare keys against:
 /// `[prefix, prefix_end(prefix))` holds exactly the keys starting with `prefix` (ASCII, non-empty,
-/// not ending in `0x7f`).
+/// not ending in `0x7f`, so that the end is ASCII too).
 pub fn prefix_end(prefix: &str) -> String {
-    let mut bytes = prefix.as_bytes().to_vec();
-    if let Some(last) = bytes.last_mut() {
-        *last += 1;
-    }
-    String::from_utf8_lossy(&bytes).into_owned()
+    String::from_utf8_lossy(&client::prefix_end(prefix.as_bytes())).into_owned()
 }
 
 /// A create request for every key from `start_revision` on (etcd's "all keys": `\0` to `\0`).
@@ -506,10 +503,6 @@ impl Follow {
 mod tests {
     use super::*;
 
-    fn put(key: &str, value: &str, revision: i64) -> Event {
-        Event { kind: EventKind::Put, key: key.into(), value: value.into(), revision, is_create: false, prev_kv: None }
-    }
-
     #[test]
     fn prefix_end_bounds_the_prefix() {
         let end = prefix_end("jepsen/watch/");
@@ -521,7 +514,7 @@ mod tests {
 
     #[test]
     fn differences_are_described() {
-        let a = vec![put("k", "1", 2), put("k", "2", 3), put("k", "3", 9)];
+        let a = vec![Event::put("k", "1", 2), Event::put("k", "2", 3), Event::put("k", "3", 9)];
         let mut b = a.clone();
         assert_eq!(difference(&a, &b, 1, 9), None);
         b[1].value = "x".into();

@@ -266,30 +266,15 @@ mod tests {
     use crate::history::{pair, Op, OpType};
     use crate::Validity;
 
-    pub(super) fn put_event(key: &str, value: &str, revision: i64) -> Event {
-        Event { kind: EventKind::Put, key: key.into(), value: value.into(), revision, is_create: false, prev_kv: None }
-    }
-
-    pub(super) fn delete_event(key: &str, revision: i64) -> Event {
-        Event {
-            kind: EventKind::Delete,
-            key: key.into(),
-            value: String::new(),
-            revision,
-            is_create: false,
-            prev_kv: None,
-        }
-    }
-
     /// a=1@2, b=2@3, {a=3, b deleted}@4 (txn), a deleted@5, b=4@6 (an indeterminate put).
     pub(super) fn truth() -> Vec<Event> {
         vec![
-            put_event("a", "1", 2),
-            put_event("b", "2", 3),
-            put_event("a", "3", 4),
-            delete_event("b", 4),
-            delete_event("a", 5),
-            put_event("b", "4", 6),
+            Event::put("a", "1", 2),
+            Event::put("b", "2", 3),
+            Event::put("a", "3", 4),
+            Event::delete("b", 4),
+            Event::delete("a", 5),
+            Event::put("b", "4", 6),
         ]
     }
 
@@ -416,9 +401,9 @@ mod tests {
                 },
                 AnomalyKind::Lost,
             ),
-            ("unexpected event", |_, t| t.push(put_event("a", "77", 7)), AnomalyKind::Unexpected),
-            ("failed write took effect", |_, t| t.push(put_event("c", "5", 7)), AnomalyKind::Unexpected),
-            ("duplicate apply", |_, t| t.push(put_event("a", "1", 7)), AnomalyKind::Duplicated),
+            ("unexpected event", |_, t| t.push(Event::put("a", "77", 7)), AnomalyKind::Unexpected),
+            ("failed write took effect", |_, t| t.push(Event::put("c", "5", 7)), AnomalyKind::Unexpected),
+            ("duplicate apply", |_, t| t.push(Event::put("a", "1", 7)), AnomalyKind::Duplicated),
             (
                 "delete nobody asked for",
                 |h, _| h[5] = (range("a", "", false, None), range("a", "", false, Some(vec![])), OpType::Ok, Some(5)),

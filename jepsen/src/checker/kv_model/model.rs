@@ -125,7 +125,7 @@ impl Model {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::checker::kv_model::tests::{delete_event, kv, put_event, truth};
+    use crate::checker::kv_model::tests::{kv, truth};
 
     #[test]
     fn replay_tracks_versions_and_generations() {
@@ -136,7 +136,7 @@ mod tests {
         assert_eq!(model.get("b", 6), Some(&kv("b", "4", 6, 6, 1)), "a new generation after the delete");
         assert_eq!(model.range("a", "c", 3).len(), 2);
         assert_eq!(model.events_at(4).len(), 2);
-        let (_, bad) = Model::replay(&[delete_event("a", 2), put_event("a", "1", 3), put_event("b", "2", 1)], 3);
+        let (_, bad) = Model::replay(&[Event::delete("a", 2), Event::put("a", "1", 3), Event::put("b", "2", 1)], 3);
         assert_eq!(bad.len(), 2, "{bad:?}");
     }
 }

@@ -9,9 +9,10 @@ use tonic::transport::Channel;
 use tonic::Code;
 
 use crate::checker::lease::{LeaseGrant, LeaseKeepAlive, LeaseOp, LeasePut, LeaseRead, LeaseRevoke, Stored};
-use crate::client::{self, with_timeout};
+use crate::client::{self, prefix_end, with_timeout};
 use crate::history::{Op, OpType};
 use crate::recorder::Recorder;
+use crate::workload::failed_kind;
 
 /// The gRPC clients one worker uses.
 pub(super) struct Api {
@@ -45,7 +46,7 @@ pub(super) async fn perform(
         Ok(Answer { payload, revision }) => (OpType::Ok, payload, revision, None),
         Err(err) => {
             let read = matches!(op, LeaseOp::Read(_) | LeaseOp::FinalRead(_));
-            let kind = if read || err.definite { OpType::Fail } else { OpType::Info };
+            let kind = failed_kind(read, err.definite);
             (kind, err.payload.unwrap_or_else(|| op.clone()), None, Some(err.text))
         }
     };
@@ -174,29 +175,4 @@ async fn keep_alive_once(
         tokio::time::timeout(timeout, round_trip).await.map_err(|_| tonic::Status::deadline_exceeded("timeout"))??;
     drop(requests);
     Ok(answer.ttl)
-}
-
-/// The end of the range of every key starting with `prefix` (etcd's `--prefix`).
-fn prefix_end(prefix: &[u8]) -> Vec<u8> {
-    let mut end = prefix.to_vec();
-    while let Some(last) = end.pop() {
-        if last < 0xff {
-            end.push(last + 1);
-            return end;
-        }
-    }
-    // Every byte is 0xff: the range runs to the end of the keyspace.
-    vec![0]
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn prefix_ends() {
-        assert_eq!(prefix_end(b"jepsen/lease/"), b"jepsen/lease0".to_vec());
-        assert_eq!(prefix_end(&[b'a', 0xff]), b"b".to_vec());
-        assert_eq!(prefix_end(&[0xff]), vec![0]);
-    }
 }
