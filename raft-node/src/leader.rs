@@ -246,10 +246,11 @@ impl Leader {
                 // until every committed entry is applied, so a committed revoke is seen.
                 self.confirm_leadership().await?;
                 let ttl = self.store.read().lease(id).map_or(0, |lease| lease.ttl);
-                if ttl > 0 {
-                    self.deadlines.renew(id, ttl, Instant::now());
+                if ttl > 0 && self.deadlines.renew_unexpired(id, ttl, Instant::now()) {
+                    return Ok(LeaderReply::LeaseTtl(ttl));
                 }
-                Ok(LeaderReply::LeaseTtl(ttl))
+                // Unknown, or past its deadline and about to be revoked.
+                Ok(LeaderReply::LeaseTtl(0))
             }
             LeaderRequest::LeaseTimeToLive { id } => {
                 let ttl = self.store.read().lease(id).map(|lease| lease.ttl);

@@ -27,6 +27,20 @@ impl LeaseDeadlines {
         self.deadlines.lock().insert(id, now + ttl_duration(ttl));
     }
 
+    /// A keep-alive: restarts `id`'s countdown from `now`, unless its deadline has already passed. An
+    /// expired lease is about to be revoked (the expiry loop may already be confirming leadership for
+    /// it), so it stays expired and the keep-alive answers TTL 0, as etcd's does once the revoke is
+    /// through. Renewing it here would let that revoke cut short the lease a client was just told
+    /// lives on. Returns whether the lease was renewed.
+    pub fn renew_unexpired(&self, id: LeaseId, ttl: i64, now: Instant) -> bool {
+        let mut deadlines = self.deadlines.lock();
+        if deadlines.get(&id).is_some_and(|deadline| *deadline <= now) {
+            return false;
+        }
+        deadlines.insert(id, now + ttl_duration(ttl));
+        true
+    }
+
     /// Time left before `id` expires; what a new leader would give it when its countdown has not
     /// started here yet.
     pub fn remaining(&self, id: LeaseId, ttl: i64, now: Instant) -> Duration {
@@ -88,5 +102,21 @@ mod tests {
         // A grant starts the countdown at once, without the extension.
         deadlines.renew(3, 5, t0 + secs(20));
         assert_eq!(deadlines.remaining(3, 5, t0 + secs(21)), secs(4));
+    }
+
+    #[test]
+    fn an_expired_lease_is_not_renewed() {
+        let deadlines = LeaseDeadlines::new(Duration::ZERO);
+        let t0 = Instant::now();
+        let secs = |n| Duration::from_secs(n);
+        deadlines.renew(1, 3, t0);
+        assert!(deadlines.renew_unexpired(1, 3, t0 + secs(2)), "alive: renewed");
+        assert_eq!(deadlines.remaining(1, 3, t0 + secs(2)), secs(3));
+        // Past its deadline (t0 + 5 s), the expiry loop owns it.
+        assert!(!deadlines.renew_unexpired(1, 3, t0 + secs(5)));
+        assert_eq!(deadlines.expired(&[(1, 3)], t0 + secs(5)), vec![1]);
+        // A lease this leader has no countdown for yet starts one.
+        assert!(deadlines.renew_unexpired(2, 3, t0));
+        assert_eq!(deadlines.remaining(2, 3, t0), secs(3));
     }
 }
