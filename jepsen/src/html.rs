@@ -238,16 +238,9 @@ mod tests {
     use crate::nemesis::NemesisEvent;
     use crate::options::{FaultKind, TestOptions};
     use crate::report::OpCounts;
-    use clap::Parser;
-
-    #[derive(Parser)]
-    struct Cli {
-        #[command(flatten)]
-        opts: TestOptions,
-    }
 
     fn summary() -> Summary {
-        let opts = Cli::parse_from(["jepsen", "--nemesis", "partition-leader,kill-one"]).opts;
+        let opts = TestOptions::parse(&["--nemesis", "partition-leader,kill-one"]).expect("valid flags");
         let stale = Anomaly::new(AnomalyKind::NotLinearizable, "read <script>alert(1)</script> & \"stale\"");
         Summary {
             run: "ours-register-seed1".to_string(),

@@ -290,33 +290,40 @@ fn percent(text: &str) -> Result<u8, String> {
     }
 }
 
+/// `jepsen test`'s flags parsed from `args` (without the program name), for tests anywhere in the crate.
+#[cfg(test)]
+impl TestOptions {
+    pub fn parse(args: &[&str]) -> Result<TestOptions, clap::Error> {
+        use clap::Parser;
+
+        #[derive(Debug, Parser)]
+        struct Cli {
+            #[command(flatten)]
+            test: TestOptions,
+        }
+        Cli::try_parse_from(std::iter::once("jepsen").chain(args.iter().copied())).map(|cli| cli.test)
+    }
+}
+
 #[cfg(test)]
 mod tests {
-    use clap::Parser;
-
     use super::*;
-
-    #[derive(Debug, Parser)]
-    struct Cli {
-        #[command(flatten)]
-        test: TestOptions,
-    }
 
     #[test]
     fn parses_the_issue_command_line() {
-        let args = ["jepsen", "--workload", "register", "--nemesis", "partition-leader,kill-all", "--seed", "7"];
-        let opts = Cli::try_parse_from(args).expect("valid flags").test;
+        let args = ["--workload", "register", "--nemesis", "partition-leader,kill-all", "--seed", "7"];
+        let opts = TestOptions::parse(&args).expect("valid flags");
         assert_eq!(opts.nemesis, vec![FaultKind::PartitionLeader, FaultKind::KillAll]);
         assert_eq!((opts.target, opts.time_limit, opts.election_timeout), (Target::Ours, 30, 1000));
         assert_eq!(opts.run_name(), "ours-register-partition-leader+kill-all-seed7");
-        let etcd = Cli::try_parse_from(["jepsen", "--target", "etcd"]).expect("valid flags").test;
+        let etcd = TestOptions::parse(&["--target", "etcd"]).expect("valid flags");
         assert_eq!(etcd.server_bin(), PathBuf::from("/usr/bin/etcd"));
-        assert!(Cli::try_parse_from(["jepsen", "--nemesis", "flood"]).is_err());
+        assert!(TestOptions::parse(&["--nemesis", "flood"]).is_err());
     }
 
     #[test]
     fn blackhole_snapshot_lowers_the_snapshot_count_unless_given() {
-        let parse = |args: &[&str]| Cli::try_parse_from(["jepsen"].iter().chain(args)).expect("valid flags").test;
+        let parse = |args: &[&str]| TestOptions::parse(args).expect("valid flags");
         let auto = parse(&["--nemesis", "compact,blackhole-snapshot"]);
         assert_eq!(auto.effective_snapshot_count(), Some(AUTO_SNAPSHOT_COUNT));
         assert!(auto.snapshot_count_note().is_some_and(|note| note.contains("--snapshot-count=100")));

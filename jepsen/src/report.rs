@@ -193,17 +193,9 @@ pub fn render(summary: &Summary) -> String {
 
 #[cfg(test)]
 mod tests {
-    use clap::Parser;
-
     use super::*;
     use crate::history::TestKv as Kv;
     use crate::options::FaultKind;
-
-    #[derive(Parser)]
-    struct Cli {
-        #[command(flatten)]
-        opts: TestOptions,
-    }
 
     const MS: u64 = 1_000_000;
 
@@ -211,7 +203,7 @@ mod tests {
         Summary {
             run: "ours-register-partition-leader-seed1".to_string(),
             valid: Validity::Valid,
-            options: Cli::parse_from(["jepsen"]).opts,
+            options: TestOptions::parse(&[]).expect("defaults parse"),
             ops: OpCounts::default(),
             results: vec![CheckResult::from_anomalies("linear", vec![])],
             notes: vec![],

@@ -501,28 +501,19 @@ mod tests {
 
     #[test]
     fn pauses_withdraw_trust_in_keep_alives_on_etcd_only() {
-        use clap::Parser;
-        #[derive(Parser)]
-        struct Cli {
-            #[command(flatten)]
-            test: TestOptions,
-        }
-        let parse = |nemesis: &str| {
-            let args = ["jepsen", "--workload", "lease", "--nemesis", nemesis];
-            Cli::try_parse_from(args).expect("valid flags").test
-        };
+        let parse =
+            |nemesis: &str| TestOptions::parse(&["--workload", "lease", "--nemesis", nemesis]).expect("valid flags");
         assert_eq!(
             check_options(&parse("partition-leader,kill-all")).keep_alive_slack,
             Some(Duration::from_millis(200))
         );
         assert!(check_options(&parse("kill-leader,pause-leader")).keep_alive_slack.is_some(), "ours is trusted");
         let etcd = |nemesis: &str| {
-            let args = ["jepsen", "--workload", "lease", "--target", "etcd", "--nemesis", nemesis];
-            Cli::try_parse_from(args).expect("valid flags").test
+            TestOptions::parse(&["--workload", "lease", "--target", "etcd", "--nemesis", nemesis]).expect("valid flags")
         };
         assert_eq!(check_options(&etcd("kill-leader,pause-leader")), CheckOptions::GRANTS_ONLY);
         assert!(check_options(&etcd("kill-leader")).keep_alive_slack.is_some());
-        let short = Cli::try_parse_from(["jepsen", "--lease-ttl", "1"]).expect("valid flags").test;
+        let short = TestOptions::parse(&["--lease-ttl", "1"]).expect("valid flags");
         assert!(LeaseConfig::from_options(&short).is_err(), "a 1 s TTL does not exceed a 1 s election timeout");
     }
 }
