@@ -7,6 +7,8 @@
 //! # Layout
 //!
 //! - [`options`]: the flags of `jepsen test` (target, workload, nemesis, seed, timings).
+//! - [`bench`]: `jepsen bench`, etcd's benchmark workloads against fresh clusters of ours and etcd, and
+//!   their side-by-side table (QPS, latency percentiles, members' RSS and CPU).
 //! - [`campaign`]: `jepsen campaign`, many child runs over the workload × fault matrix, and their table.
 //! - [`run`]: one run, phase by phase (start, workload + faults, heal, liveness, convergence, checks).
 //! - [`netns`]: re-executing under `unshare --net`, and refusing to touch the host's network.
@@ -53,6 +55,7 @@
 //!   - [`checker::liveness`]: a write succeeds soon after the final heal.
 //! - [`error`]: the crate's error type (malformed histories, I/O, processes, nft, setup).
 
+pub mod bench;
 pub mod campaign;
 pub mod checker;
 pub mod client;

@@ -7,9 +7,10 @@ use std::io::IsTerminal;
 use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
+use jepsen::bench::options::BenchOptions;
 use jepsen::campaign::{self, CampaignOptions};
 use jepsen::options::TestOptions;
-use jepsen::{netns, report, run};
+use jepsen::{bench, netns, report, run};
 
 #[derive(Debug, Parser)]
 #[command(name = "jepsen", about = "Fault-injection tests of an etcd-compatible cluster")]
@@ -27,6 +28,9 @@ enum Command {
     /// table of their verdicts
     #[command(after_help = campaign_help())]
     Campaign(CampaignOptions),
+    /// Run etcd's benchmark workloads against fresh three-member clusters of ours and/or etcd and
+    /// print a table (QPS, latency percentiles, ratio ours/etcd, members' RSS and CPU)
+    Bench(BenchOptions),
 }
 
 /// The default fault groups, for `jepsen campaign --help`.
@@ -42,6 +46,7 @@ fn main() -> ExitCode {
     let opts = match cli.command {
         Command::Test(opts) => opts,
         Command::Campaign(opts) => return run_campaign(&opts),
+        Command::Bench(opts) => return run_bench(opts),
     };
     if !netns::is_inside() {
         // Everything the run does to the network happens in a namespace of its own.
@@ -86,6 +91,41 @@ fn run_campaign(opts: &CampaignOptions) -> ExitCode {
             print!("{}", campaign::table(&rows));
             println!("campaign: {}", dir.display());
             ExitCode::from(run::exit_code(campaign::overall(&rows)))
+        }
+        Err(err) => {
+            eprintln!("jepsen: {err}");
+            ExitCode::from(EXIT_ERROR)
+        }
+    }
+}
+
+/// `jepsen bench`: like `jepsen test`, it re-executes itself in private network and PID namespaces
+/// (members on 127.0.0.11..13 need no free host ports and never outlive it), then runs the rounds.
+fn run_bench(opts: BenchOptions) -> ExitCode {
+    if !netns::is_inside() {
+        return match netns::reexec() {
+            Ok(status) => ExitCode::from(status.code().and_then(|c| u8::try_from(c).ok()).unwrap_or(EXIT_ERROR)),
+            Err(err) => {
+                eprintln!("jepsen: {err}");
+                ExitCode::from(EXIT_ERROR)
+            }
+        };
+    }
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info,h2=warn,tower=warn".into()),
+        )
+        .with_writer(std::io::stderr)
+        .with_ansi(std::io::stderr().is_terminal())
+        .init();
+    let result = tokio::runtime::Runtime::new()
+        .map_err(|err| format!("cannot start the runtime: {err}"))
+        .and_then(|runtime| runtime.block_on(bench::run(opts)).map_err(|err| err.to_string()));
+    match result {
+        Ok(outcome) => {
+            print!("{}", outcome.table);
+            println!("report: {}", outcome.dir.display());
+            ExitCode::SUCCESS
         }
         Err(err) => {
             eprintln!("jepsen: {err}");

@@ -188,6 +188,11 @@ impl Member {
         self.child.as_mut().is_some_and(|child| matches!(child.try_wait(), Ok(None)))
     }
 
+    /// The process id (in the harness's PID namespace) while it runs.
+    pub fn pid(&self) -> Option<u32> {
+        self.child.as_ref().map(Child::id)
+    }
+
     pub fn is_paused(&self) -> bool {
         self.paused
     }
