@@ -35,4 +35,17 @@ impl Command {
             _ => true,
         }
     }
+
+    /// The request's size in bytes as etcd's request limit counts it (its protobuf encoding).
+    pub fn encoded_len(&self) -> usize {
+        use prost::Message;
+        match self {
+            Command::Put(req) => req.encoded_len(),
+            Command::DeleteRange(req) => req.encoded_len(),
+            Command::Txn(req) => req.encoded_len(),
+            Command::Compact(req) => req.encoded_len(),
+            Command::LeaseGrant(req) => req.encoded_len(),
+            Command::LeaseRevoke(req) => req.encoded_len(),
+        }
+    }
 }

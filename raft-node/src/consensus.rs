@@ -9,8 +9,8 @@ use openraft::ServerState;
 use proto::etcdserverpb as pb;
 use tokio::time::Instant;
 
-use crate::forward::Forwarder;
 use crate::leader::{members, Leader, LeaderReply, LeaderRequest};
+use crate::read_index::ReadRounds;
 use crate::typ::{NodeId, Raft};
 
 /// How long a request waits for Raft before failing with etcd's "request timed out" (etcd: 5 s plus two
@@ -23,18 +23,50 @@ pub fn request_timeout(election_timeout: Duration) -> Duration {
 const RETRY_PAUSE: Duration = Duration::from_millis(20);
 
 pub struct RaftConsensus {
+    route: Route,
+    /// Read index rounds, each shared by the reads that arrived before it began.
+    reads: ReadRounds,
+}
+
+/// Finds the leader and runs requests on it.
+#[derive(Clone)]
+struct Route {
     leader: Leader,
-    forwarder: Forwarder,
     timeout: Duration,
 }
 
 impl RaftConsensus {
     pub fn new(leader: Leader) -> Self {
-        let forwarder = leader.forwarder.clone();
-        let timeout = leader.request_timeout;
-        Self { leader, forwarder, timeout }
+        let route = Route { timeout: leader.request_timeout, leader };
+        let reads = {
+            let route = route.clone();
+            ReadRounds::start(move || {
+                let route = route.clone();
+                async move {
+                    match route.on_leader(LeaderRequest::ReadIndex).await? {
+                        LeaderReply::ReadIndex(index) => Ok(index),
+                        other => Err(unexpected(&other)),
+                    }
+                }
+            })
+        };
+        Self { route, reads }
     }
 
+    fn raft(&self) -> &Raft {
+        &self.route.leader.raft
+    }
+
+    fn member_id(&self) -> NodeId {
+        self.route.leader.member_id
+    }
+
+    async fn on_leader(&self, req: LeaderRequest) -> Result<LeaderReply, Error> {
+        self.route.on_leader(req).await
+    }
+}
+
+impl Route {
     fn raft(&self) -> &Raft {
         &self.leader.raft
     }
@@ -66,7 +98,7 @@ impl RaftConsensus {
                 match node {
                     Some(node) => {
                         let left = deadline.saturating_duration_since(Instant::now());
-                        self.forwarder.send(&node, &req, left).await
+                        self.leader.forwarder.send(&node, &req, left).await
                     }
                     None => Err(Error::NotLeader),
                 }
@@ -80,11 +112,13 @@ impl RaftConsensus {
             }
         }
     }
+}
 
+impl RaftConsensus {
     /// Waits until this member has applied the log up to `index`.
     async fn wait_applied(&self, index: u64) -> Result<(), Error> {
         self.raft()
-            .wait(Some(self.timeout))
+            .wait(Some(self.route.timeout))
             .applied_index_at_least(Some(index), "forwarded request")
             .await
             .map(|_| ())
@@ -122,23 +156,21 @@ impl kv_api::Consensus for RaftConsensus {
         match self.on_leader(LeaderRequest::Write(cmd)).await? {
             LeaderReply::Written { index, applied } => {
                 self.wait_applied(index).await?;
-                applied.unwrap_or_else(|| Err(Error::Internal("a command was applied without a response".into())))
+                applied
             }
             other => Err(unexpected(&other)),
         }
     }
 
     async fn read_barrier(&self) -> kv_api::Result<()> {
-        match self.on_leader(LeaderRequest::ReadIndex).await? {
-            LeaderReply::ReadIndex(index) => self.wait_applied(index).await,
-            other => Err(unexpected(&other)),
-        }
+        let index = self.reads.read_index().await?;
+        self.wait_applied(index).await
     }
 
     fn header(&self) -> pb::ResponseHeader {
         let term = self.raft().metrics().borrow().current_term;
         pb::ResponseHeader {
-            cluster_id: self.leader.cluster_id,
+            cluster_id: self.route.leader.cluster_id,
             member_id: self.member_id(),
             revision: 0,
             raft_term: term,
@@ -162,7 +194,7 @@ impl kv_api::Consensus for RaftConsensus {
     }
 
     fn has_leader(&self) -> bool {
-        self.leader.clock.has_leader()
+        self.route.leader.clock.has_leader()
     }
 
     fn is_learner(&self) -> bool {
@@ -217,7 +249,7 @@ impl kv_api::Consensus for RaftConsensus {
         if self.raft().metrics().borrow().current_leader != Some(self.member_id()) {
             return Err(Error::NotLeader);
         }
-        match self.leader.handle(LeaderRequest::MoveLeader { target }).await? {
+        match self.route.leader.handle(LeaderRequest::MoveLeader { target }).await? {
             LeaderReply::Done => Ok(()),
             other => Err(unexpected(&other)),
         }

@@ -11,7 +11,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use kv_api::lease::expiry::LeaseDeadlines;
-use kv_api::{Command, Error, SharedStore};
+use kv_api::{Command, CommandResponse, Error, SharedStore};
 use openraft::error::{ClientWriteError, RaftError};
 use openraft::{ChangeMembers, Membership};
 use proto::etcdserverpb as pb;
@@ -20,8 +20,9 @@ use serde::{Deserialize, Serialize};
 use crate::config::socket_addr;
 use crate::election::{ElectionClock, PreVote, PreVoteAnswer};
 use crate::forward::Forwarder;
+use crate::group_commit::GroupCommit;
 use crate::member_id::member_id_at;
-use crate::typ::{Applied, MemberNode, NodeId, Raft};
+use crate::typ::{MemberNode, NodeId, Raft};
 
 /// A request for the leader (or, for [`LeaderRequest::ClusterInfo`], for any member).
 #[derive(Clone, Debug, Serialize, Deserialize)]
@@ -103,7 +104,7 @@ pub enum LeaderReply {
     /// The write is committed at `index`; `applied` is what apply produced.
     Written {
         index: u64,
-        applied: Applied,
+        applied: kv_api::Result<CommandResponse>,
     },
     /// Apply everything up to `index`, then a local read is linearizable.
     ReadIndex(u64),
@@ -141,6 +142,8 @@ pub struct Leader {
     pub store: SharedStore,
     /// Lease deadlines, meaningful only while this member leads.
     pub deadlines: Arc<LeaseDeadlines>,
+    /// Writes waiting to be proposed, many to an entry.
+    pub writes: GroupCommit,
 }
 
 /// etcd's `maxLearners`: how many learners a cluster may have at once.
@@ -185,12 +188,12 @@ impl Leader {
                     Command::LeaseGrant(grant) => Some((grant.id, grant.ttl)),
                     _ => None,
                 };
-                let written = self.raft.client_write(cmd).await.map_err(submitted_error)?;
-                if let (Some((id, ttl)), Some(Ok(_))) = (granted, &written.data) {
+                let written = self.writes.write(cmd).await?;
+                if let (Some((id, ttl)), Ok(_)) = (granted, &written.applied) {
                     // The countdown starts at the grant, as etcd's.
                     self.deadlines.renew(id, ttl, Instant::now());
                 }
-                Ok(LeaderReply::Written { index: written.log_id.index, applied: written.data })
+                Ok(LeaderReply::Written { index: written.index, applied: written.applied })
             }
             LeaderRequest::ReadIndex => {
                 let (read_log_id, _applied) = self.raft.get_read_log_id().await.map_err(leadership_error)?;
@@ -360,12 +363,17 @@ impl Leader {
 /// A write or membership change that failed after it reached Raft.
 fn submitted_error(err: RaftError<NodeId, ClientWriteError<NodeId, MemberNode>>) -> Error {
     match err {
-        RaftError::APIError(ClientWriteError::ForwardToLeader(forward)) if forward.leader_id.is_none() => {
-            Error::NoLeader
-        }
-        RaftError::APIError(ClientWriteError::ForwardToLeader(_)) => Error::LeaderChanged,
-        RaftError::APIError(ClientWriteError::ChangeMembershipError(e)) => Error::Internal(e.to_string()),
+        RaftError::APIError(err) => write_error(err),
         RaftError::Fatal(_) => Error::Stopped,
+    }
+}
+
+/// A refused write or membership change.
+pub fn write_error(err: ClientWriteError<NodeId, MemberNode>) -> Error {
+    match err {
+        ClientWriteError::ForwardToLeader(forward) if forward.leader_id.is_none() => Error::NoLeader,
+        ClientWriteError::ForwardToLeader(_) => Error::LeaderChanged,
+        ClientWriteError::ChangeMembershipError(e) => Error::Internal(e.to_string()),
     }
 }
 

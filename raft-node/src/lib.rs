@@ -11,8 +11,10 @@
 //! - [`network`]: outbound Raft RPC to peers (tonic, `raftpb`).
 //! - [`peer_service`]: inbound Raft RPC from peers.
 //! - [`election`]: elections on a logical clock with pre-vote, as etcd.
+//! - [`group_commit`]: many clients' writes proposed in one log entry.
 //! - [`leader`]: what only the leader does (writes, read index, membership, leadership transfer).
 //! - [`forward`]: sending those requests to the leader from any member.
+//! - [`read_index`]: read index rounds shared by many linearizable reads.
 //! - [`consensus`]: [`kv_api::Consensus`] on openraft: local on the leader, forwarded elsewhere.
 //! - [`authority`]: accepting the `:authority` etcdctl sends when it dials a member by URL.
 //! - [`lease_expiry`]: the leader's lease expiry loop.
@@ -25,6 +27,7 @@ pub mod config;
 pub mod consensus;
 pub mod election;
 pub mod forward;
+pub mod group_commit;
 pub mod identity;
 pub mod leader;
 pub mod lease_expiry;
@@ -32,6 +35,7 @@ pub mod logging;
 pub mod member_id;
 pub mod network;
 pub mod peer_service;
+pub mod read_index;
 pub mod server;
 pub mod storage;
 pub mod typ;

@@ -28,6 +28,7 @@ use crate::config::{socket_addr, Config};
 use crate::consensus::{request_timeout, RaftConsensus};
 use crate::election::ElectionClock;
 use crate::forward::Forwarder;
+use crate::group_commit::GroupCommit;
 use crate::leader::{Leader, LeaderRequest};
 use crate::network::PeerNetwork;
 use crate::peer_service::PeerService;
@@ -113,6 +114,7 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> anyhow::
         clock: clock.clone(),
         store: store.clone(),
         deadlines: Arc::new(LeaseDeadlines::new(election)),
+        writes: GroupCommit::start(raft.clone()),
     };
     let consensus = Arc::new(RaftConsensus::new(leader.clone()));
     let api = ApiConfig {

@@ -20,14 +20,15 @@ impl fmt::Display for MemberNode {
     }
 }
 
-/// What applying one log entry produced: a command's response (or its deterministic error), or nothing
-/// for blank and membership entries.
-pub type Applied = Option<kv_api::Result<CommandResponse>>;
+/// What applying one log entry produced: each of its commands' responses (or deterministic errors), in
+/// order; nothing for blank and membership entries.
+pub type Applied = Vec<kv_api::Result<CommandResponse>>;
 
 openraft::declare_raft_types!(
-    /// Types of a member: etcd commands in the log, etcd-style u64 member ids.
+    /// Types of a member: etcd commands in the log (many clients' writes to an entry, see
+    /// [`crate::group_commit`]), etcd-style u64 member ids.
     pub TypeConfig:
-        D = Command,
+        D = Vec<Command>,
         R = Applied,
         NodeId = u64,
         Node = MemberNode,

@@ -1,6 +1,7 @@
-//! End to end: `jepsen test` and `jepsen campaign` against our three-member cluster, each run in
-//! private network and PID namespaces. One test binary for all (one link); each module covers one
-//! part of the harness, and a run must both come out right and show that its faults acted.
+//! End to end: `jepsen test`, `jepsen campaign` and `jepsen bench` against our three-member
+//! cluster, each run in private network and PID namespaces. One test binary for all (one link);
+//! each module covers one part of the harness, and a run must both come out right and show that
+//! its faults acted.
 //!
 //! They need root (`unshare --net --pid`), nftables and a built `raft-node` next to the `jepsen`
 //! binary (`cargo build -p raft-node`); without them they skip with a message. The runs share two
@@ -8,6 +9,7 @@
 
 mod common;
 
+mod bench;
 mod campaign;
 mod cluster_faults;
 mod lease;

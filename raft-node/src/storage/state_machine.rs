@@ -74,17 +74,23 @@ impl StateMachine {
         let mut store = self.store.write();
         for entry in entries {
             let reply = match entry.payload {
-                EntryPayload::Blank => None,
-                EntryPayload::Normal(cmd) => match store.apply(&cmd) {
-                    // A disk or invariant failure is no answer to give a client: it stops this member.
-                    Err(kv_api::Error::Internal(msg)) => {
-                        return Err(StorageIOError::apply(entry.log_id, &io::Error::other(msg)).into())
+                EntryPayload::Blank => Vec::new(),
+                EntryPayload::Normal(commands) => {
+                    let mut answers = Vec::with_capacity(commands.len());
+                    for command in &commands {
+                        match store.apply(command) {
+                            // A disk or invariant failure is no answer to give a client: it stops this member.
+                            Err(kv_api::Error::Internal(msg)) => {
+                                return Err(StorageIOError::apply(entry.log_id, &io::Error::other(msg)).into())
+                            }
+                            answer => answers.push(answer),
+                        }
                     }
-                    result => Some(result),
-                },
+                    answers
+                }
                 EntryPayload::Membership(m) => {
                     membership = Some(StoredMembership::new(Some(entry.log_id), m));
-                    None
+                    Vec::new()
                 }
             };
             last_applied = Some(entry.log_id);
@@ -252,11 +258,11 @@ mod tests {
     fn put(log_id: LogId, key: &str, value: &str) -> Entry {
         Entry {
             log_id,
-            payload: EntryPayload::Normal(Command::Put(pb::PutRequest {
+            payload: EntryPayload::Normal(vec![Command::Put(pb::PutRequest {
                 key: key.as_bytes().to_vec(),
                 value: value.as_bytes().to_vec(),
                 ..Default::default()
-            })),
+            })]),
         }
     }
 
@@ -286,23 +292,49 @@ mod tests {
         let (_log, mut sm, store) = open(dir).expect("open");
         let replies =
             sm.apply([membership(1), put(log_id(1, 2), "a", "1"), put(log_id(1, 3), "b", "2")]).await.expect("apply");
-        assert_eq!(replies[0], None);
+        assert_eq!(replies[0], vec![]);
         assert!(
-            matches!(&replies[1], Some(Ok(CommandResponse::Put(r))) if r.header.as_ref().map(|h| h.revision) == Some(2))
+            matches!(&replies[1][..], [Ok(CommandResponse::Put(r))] if r.header.as_ref().map(|h| h.revision) == Some(2))
         );
         let failing = Entry {
             log_id: log_id(2, 4),
-            payload: EntryPayload::Normal(Command::Put(pb::PutRequest {
+            payload: EntryPayload::Normal(vec![Command::Put(pb::PutRequest {
                 key: b"missing".to_vec(),
                 ignore_value: true,
                 ..Default::default()
-            })),
+            })]),
         };
         let blank = Entry { log_id: log_id(2, 5), payload: EntryPayload::Blank };
         let replies = sm.apply([failing, blank]).await.expect("apply");
         // A request's own error is its answer, not a storage failure.
-        assert_eq!(replies, vec![Some(Err(kv_api::Error::KeyNotFound)), None]);
+        assert_eq!(replies, vec![vec![Err(kv_api::Error::KeyNotFound)], vec![]]);
         (sm, store)
+    }
+
+    #[tokio::test]
+    async fn each_command_of_an_entry_takes_its_own_revision_in_order() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let (_log, mut sm, store) = open(dir.path()).expect("open");
+        let put = |key: &str, ignore_value: bool| {
+            Command::Put(pb::PutRequest { key: key.as_bytes().to_vec(), ignore_value, ..Default::default() })
+        };
+        // Three clients' writes in one entry; the middle one fails on its own.
+        let entry = Entry {
+            log_id: log_id(1, 1),
+            payload: EntryPayload::Normal(vec![put("a", false), put("x", true), put("b", false)]),
+        };
+        let replies = sm.apply([entry]).await.expect("apply");
+        let revisions: Vec<_> = replies[0]
+            .iter()
+            .map(|reply| match reply {
+                Ok(CommandResponse::Put(r)) => Ok(r.header.as_ref().map_or(0, |h| h.revision)),
+                Ok(other) => panic!("not a put response: {other:?}"),
+                Err(err) => Err(err.clone()),
+            })
+            .collect();
+        assert_eq!(revisions, vec![Ok(2), Err(kv_api::Error::KeyNotFound), Ok(3)]);
+        let kvs: Vec<_> = all_kvs(&store).into_iter().map(|(k, _, rev)| (k, rev)).collect();
+        assert_eq!(kvs, vec![(b"a".to_vec(), 2), (b"b".to_vec(), 3)]);
     }
 
     #[tokio::test]
@@ -330,10 +362,10 @@ mod tests {
         // Compaction state travels too.
         let compact = Entry {
             log_id: log_id(2, 6),
-            payload: EntryPayload::Normal(Command::Compact(pb::CompactionRequest {
+            payload: EntryPayload::Normal(vec![Command::Compact(pb::CompactionRequest {
                 revision: 2,
                 ..Default::default()
-            })),
+            })]),
         };
         leader.apply([compact]).await.expect("apply");
         let snapshot = leader.get_snapshot_builder().await.build_snapshot().await.expect("build");

@@ -1,15 +1,11 @@
-//! End to end: a tiny `jepsen bench --target ours` (a few requests per workload, one round) against a
-//! real three-member cluster of ours in a private network namespace. Every workload must appear in
-//! the table with a nonzero rate, and `bench.json` must hold the round with each member's memory.
-//! This checks that the benchmark works, not how fast anything is (benchmarks are not tests).
-//!
-//! It needs root (`unshare --net --pid`) and a built `raft-node` next to the `jepsen` binary
-//! (`cargo build -p raft-node`); without them it skips with a message.
-
-use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
+//! A tiny `jepsen bench --target ours` (a few requests per workload, one round) against a real
+//! three-member cluster of ours. Every workload must appear in the table with a nonzero rate, and
+//! `bench.json` must hold the round with each member's memory. This checks that the benchmark works,
+//! not how fast anything is (benchmarks are not tests).
 
 use serde_json::Value;
+
+use crate::common::{jepsen, start};
 
 /// Every row the default workloads produce (watch-latency gives two).
 const ROWS: [&str; 13] = [
@@ -28,30 +24,11 @@ const ROWS: [&str; 13] = [
     "lease-keepalive",
 ];
 
-fn raft_node() -> PathBuf {
-    Path::new(env!("CARGO_BIN_EXE_jepsen")).with_file_name("raft-node")
-}
-
-fn missing_prerequisite() -> Option<String> {
-    let unshare = Command::new("unshare").args(["--net", "true"]).stdout(Stdio::null()).stderr(Stdio::null()).status();
-    if !unshare.is_ok_and(|s| s.success()) {
-        return Some("`unshare --net` is not permitted (needs root)".to_string());
-    }
-    let server = raft_node();
-    if !server.is_file() {
-        return Some(format!("{} is missing; run `cargo build -p raft-node` first", server.display()));
-    }
-    None
-}
-
 #[test]
 fn a_tiny_bench_of_ours_fills_every_row() {
-    if let Some(why) = missing_prerequisite() {
-        eprintln!("skipped: {why}");
-        return;
-    }
+    let Some(_one_at_a_time) = start() else { return };
     let store = tempfile::tempdir().expect("temp store");
-    let output = Command::new(env!("CARGO_BIN_EXE_jepsen"))
+    let output = jepsen()
         .args(["bench", "--target", "ours", "--rounds", "1", "--total", "30", "--store"])
         .arg(store.path())
         .output()

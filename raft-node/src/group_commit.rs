@@ -1,0 +1,134 @@
+//! Group commit: the writes of many clients travel in one log entry.
+//!
+//! openraft 0.9 appends each `client_write` on its own and waits for that append's flush before it
+//! takes the next, so one entry per write caps a leader at one write per disk flush. The leader's
+//! writes therefore queue here: while [`MAX_IN_FLIGHT`] entries are on their way, new writes wait,
+//! and the next entry carries all of them (up to [`MAX_COMMANDS`] commands or about [`MAX_BYTES`]).
+//! A lone client still gets an entry of its own at once. Apply gives each command of an entry its
+//! own revision, in order, exactly as if each had had its own entry.
+
+use std::sync::Arc;
+
+use kv_api::{Command, CommandResponse, Error};
+use openraft::raft::ClientWriteResult;
+use tokio::sync::{mpsc, oneshot, OwnedSemaphorePermit, Semaphore};
+
+use crate::typ::{Raft, TypeConfig};
+
+/// Entries proposed and not yet applied, at most: one being flushed and replicated while the next
+/// one gathers writes.
+pub const MAX_IN_FLIGHT: usize = 2;
+
+/// Commands in one entry, at most.
+pub const MAX_COMMANDS: usize = 1000;
+
+/// Once an entry's requests reach this size (protobuf bytes), it takes no more (a single bigger
+/// request still goes alone: etcd's request limit bounds it).
+pub const MAX_BYTES: usize = 1024 * 1024;
+
+/// A write as committed and applied.
+#[derive(Debug)]
+pub struct Written {
+    /// The log index of the entry that carried it.
+    pub index: u64,
+    /// What apply answered (a request's own error, such as a failed lease lookup, is an answer).
+    pub applied: kv_api::Result<CommandResponse>,
+}
+
+struct Pending {
+    command: Command,
+    done: oneshot::Sender<Result<Written, Error>>,
+}
+
+/// The leader's queue of writes; cloning gives another handle on the same queue.
+#[derive(Clone)]
+pub struct GroupCommit {
+    queue: mpsc::UnboundedSender<Pending>,
+}
+
+impl GroupCommit {
+    /// Starts proposing queued writes to `raft`, which must be running on this runtime.
+    pub fn start(raft: Raft) -> Self {
+        let (queue, receiver) = mpsc::unbounded_channel();
+        tokio::spawn(propose_batches(raft, receiver));
+        Self { queue }
+    }
+
+    /// Proposes `command` with whatever other writes are waiting, and answers once it is applied here.
+    /// [`Error::NotLeader`] means it was not proposed at all.
+    pub async fn write(&self, command: Command) -> Result<Written, Error> {
+        let (done, answer) = oneshot::channel();
+        self.queue.send(Pending { command, done }).map_err(|_| Error::Stopped)?;
+        answer.await.map_err(|_| Error::Stopped)?
+    }
+}
+
+/// Takes the writes waiting now, up to the entry limits (at least one).
+fn gather(first: Pending, receiver: &mut mpsc::UnboundedReceiver<Pending>) -> Vec<Pending> {
+    let mut bytes = first.command.encoded_len();
+    let mut batch = vec![first];
+    while batch.len() < MAX_COMMANDS && bytes < MAX_BYTES {
+        let Ok(next) = receiver.try_recv() else { break };
+        bytes += next.command.encoded_len();
+        batch.push(next);
+    }
+    batch
+}
+
+async fn propose_batches(raft: Raft, mut receiver: mpsc::UnboundedReceiver<Pending>) {
+    let in_flight = Arc::new(Semaphore::new(MAX_IN_FLIGHT));
+    loop {
+        // Waiting for a free slot first lets writes pile up in the queue meanwhile.
+        let Ok(slot) = in_flight.clone().acquire_owned().await else { return };
+        let Some(first) = receiver.recv().await else { return };
+        let (commands, waiting): (Vec<Command>, Vec<_>) =
+            gather(first, &mut receiver).into_iter().map(|p| (p.command, p.done)).unzip();
+        // Submitted in queue order, so entries follow the order the writes arrived in.
+        match raft.client_write_ff(commands).await {
+            Ok(receiver) => {
+                tokio::spawn(answer(receiver, waiting, slot));
+            }
+            Err(_) => {
+                for done in waiting {
+                    let _ = done.send(Err(Error::Stopped));
+                }
+            }
+        }
+    }
+}
+
+/// Waits for an entry to be applied and answers each of its writes.
+async fn answer(
+    applied: oneshot::Receiver<ClientWriteResult<TypeConfig>>,
+    waiting: Vec<oneshot::Sender<Result<Written, Error>>>,
+    _slot: OwnedSemaphorePermit,
+) {
+    let result = match applied.await {
+        Ok(Ok(response)) => Ok(response),
+        Ok(Err(err)) => Err(crate::leader::write_error(err)),
+        Err(_) => Err(Error::Stopped),
+    };
+    match result {
+        Ok(response) if response.data.len() == waiting.len() => {
+            let index = response.log_id.index;
+            for (done, applied) in waiting.into_iter().zip(response.data) {
+                let _ = done.send(Ok(Written { index, applied }));
+            }
+        }
+        Ok(response) => {
+            let err = Error::Internal(format!(
+                "an entry of {} writes was applied with {} answers",
+                waiting.len(),
+                response.data.len()
+            ));
+            for done in waiting {
+                let _ = done.send(Err(err.clone()));
+            }
+        }
+        Err(err) => {
+            for done in waiting {
+                let _ = done.send(Err(err.clone()));
+            }
+        }
+    }
+}
