@@ -514,6 +514,11 @@ impl MvccStore {
         Ok(self.backend.get(Bucket::Meta, key)?)
     }
 
+    /// How many writes are staged and not yet committed.
+    pub fn staged_writes(&self) -> usize {
+        self.batch.ops.len()
+    }
+
     /// Writes everything staged since the last commit, atomically.
     pub fn commit(&mut self) -> Result<()> {
         if self.batch.is_empty() {

@@ -13,14 +13,18 @@
 //! log. sled recovers a *prefix* of its writes after a crash, and a flush makes every earlier write of
 //! every tree durable. Together with two rules this gives invariant 3 of the design:
 //!
-//! - the state machine writes the data of an applied batch and the applied log id (plus membership) in
-//!   **one atomic batch** ([`kv_api::MvccStore::commit`]), so they never disagree on disk;
+//! - the state machine commits applied data and the applied log id (plus membership) in **one atomic
+//!   batch** ([`kv_api::MvccStore::commit`]), so they never disagree on disk. Like etcd's backend it
+//!   commits every 100 ms or 10,000 writes rather than per apply (until then reads see the staged
+//!   writes), and always before it builds a snapshot;
 //! - every log append is **flushed before it is acknowledged** to openraft.
 //!
 //! The state machine itself never flushes: whatever it wrote before the latest log flush is durable, and
 //! whatever it wrote after may be lost, but then it is lost together with everything that followed it.
 //! A restarting member finds a consistent store whose applied id is at most the last durable log entry;
-//! openraft replays the log from the applied id onwards.
+//! openraft replays the log from the applied id onwards. The log still holds those entries: openraft
+//! purges only what a snapshot covers, and a snapshot build commits the store first (sled keeps that
+//! commit if it keeps the later purge).
 
 // openraft's `StorageError` is large, and its traits return it: boxing ours would only add conversions.
 #![allow(clippy::result_large_err)]

@@ -8,6 +8,7 @@
 use std::io::{self, Cursor};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 use kv_api::watch::WatchHub;
 use kv_api::{Bucket, MvccStore, SharedStore};
@@ -17,6 +18,11 @@ use openraft::{EntryPayload, RaftSnapshotBuilder, StorageIOError};
 use crate::storage::snapshot::{CurrentSnapshot, SnapshotContent};
 use crate::storage::{decode, encode};
 use crate::typ::{Applied, Entry, LogId, Snapshot, SnapshotMeta, StorageError, StoredMembership, TypeConfig};
+
+/// Applied writes reach the backend at least this often (etcd's backend batch interval)...
+const COMMIT_INTERVAL: Duration = Duration::from_millis(100);
+/// ... or once this many are staged (etcd's backend batch limit).
+const COMMIT_WRITES: usize = 10_000;
 
 const META_APPLIED: &[u8] = b"raft_applied";
 const META_MEMBERSHIP: &[u8] = b"raft_membership";
@@ -32,6 +38,8 @@ pub struct StateMachine {
     builds: Arc<AtomicU64>,
     /// Told about every committed batch's changes (and about installed snapshots).
     watch_hub: Arc<WatchHub>,
+    /// When applied writes were last committed to the backend.
+    committed_at: Instant,
 }
 
 /// Builds a snapshot of the store as it is when the build runs.
@@ -53,7 +61,15 @@ impl StateMachine {
             .and_then(|s| s.meta.snapshot_id.rsplit('-').next()?.parse::<u64>().ok())
             .map_or(0, |n| n + 1);
         let watch_hub = Arc::new(WatchHub::new(store.read().current_revision()));
-        Ok(Self { store, last_applied, membership, snapshot, builds: Arc::new(AtomicU64::new(builds)), watch_hub })
+        Ok(Self {
+            store,
+            last_applied,
+            membership,
+            snapshot,
+            builds: Arc::new(AtomicU64::new(builds)),
+            watch_hub,
+            committed_at: Instant::now(),
+        })
     }
 
     /// The watchers of this member, fed by apply.
@@ -105,7 +121,14 @@ impl StateMachine {
         if let Some(m) = &membership {
             store.stage_meta(META_MEMBERSHIP, encode(m).map_err(|e| write_err(&e))?);
         }
-        store.commit().map_err(|e| write_err(&e))?;
+        // Like etcd's backend, commit every so often rather than per apply: the log holds every
+        // applied entry until a snapshot (which commits first) lets it go, and a restart applies
+        // again whatever came after the committed applied id.
+        let now = Instant::now();
+        if store.staged_writes() >= COMMIT_WRITES || now.duration_since(self.committed_at) >= COMMIT_INTERVAL {
+            store.commit().map_err(|e| write_err(&e))?;
+            self.committed_at = now;
+        }
         let (events, revision) = (store.take_events(), store.current_revision());
         drop(store);
         self.watch_hub.notify(revision, events);
@@ -143,9 +166,13 @@ async fn blocking<T: Send + 'static>(
 impl RaftSnapshotBuilder<TypeConfig> for SnapshotBuilder {
     async fn build_snapshot(&mut self) -> Result<Snapshot, StorageError> {
         let store = self.store.clone();
-        // One read lock: the export and the applied id it reflects come from the same committed state.
+        // Commit what apply staged, then export under the same lock: the export and the applied id it
+        // reflects come from the same committed state, and the backend's applied id is at least the
+        // snapshot's, so the log entries the snapshot lets openraft purge are never needed again.
         let content = blocking(move || {
-            let store = store.read();
+            let mut store = store.write();
+            store.commit().map_err(|e| StorageIOError::write_state_machine(&io::Error::other(e.to_string())))?;
+            let store = parking_lot::RwLockWriteGuard::downgrade(store);
             let (last_applied, membership) = read_applied(&store)?;
             let entries = store.export().map_err(|e| StorageIOError::read_state_machine(&e))?;
             drop(store);
@@ -338,13 +365,16 @@ mod tests {
     }
 
     #[tokio::test]
-    async fn restart_resumes_from_the_applied_id() {
+    async fn restart_resumes_from_the_committed_applied_id() {
         let dir = tempfile::tempdir().expect("tempdir");
         let (applied, kvs) = {
             let (mut sm, store) = populated(dir.path()).await;
+            // The next apply past the commit interval commits everything applied so far.
+            tokio::time::sleep(COMMIT_INTERVAL).await;
+            sm.apply([Entry { log_id: log_id(2, 6), payload: EntryPayload::Blank }]).await.expect("apply");
             (sm.applied_state().await.expect("applied"), all_kvs(&store))
         };
-        assert_eq!(applied.0, Some(log_id(2, 5)));
+        assert_eq!(applied.0, Some(log_id(2, 6)));
         assert_eq!(applied.1.log_id(), &Some(log_id(1, 1)));
         assert_eq!(kvs.len(), 2);
 
@@ -353,6 +383,23 @@ mod tests {
         assert_eq!(store.read().current_revision(), 3);
         assert_eq!(all_kvs(&store), kvs);
         assert_eq!(applied.1.membership().get_node(&1).map(|n| n.name.as_str()), Some("m1"));
+    }
+
+    #[tokio::test]
+    async fn entries_applied_after_the_last_commit_apply_again_alike_after_a_restart() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let entries = || [membership(1), put(log_id(1, 2), "a", "1"), put(log_id(1, 3), "a", "2")];
+        let first = {
+            let (_log, mut sm, _store) = open(dir.path()).expect("open");
+            sm.apply(entries()).await.expect("apply")
+        };
+        // Dropped within the commit interval, as by a crash: the backend has none of it, and the
+        // log (which openraft replays from the committed applied id) gives the same answers again.
+        let (_log, mut sm, store) = crate::storage::reopen(dir.path());
+        assert_eq!(sm.applied_state().await.expect("applied").0, None);
+        assert_eq!(store.read().current_revision(), 1);
+        assert_eq!(sm.apply(entries()).await.expect("apply"), first);
+        assert_eq!(all_kvs(&store), vec![(b"a".to_vec(), b"2".to_vec(), 3)]);
     }
 
     #[tokio::test]
