@@ -6,7 +6,9 @@
 //! between the TCP socket and the HTTP/2 server and rewrites the inbound header blocks: every block is
 //! decoded (HPACK state must stay in step with the client), and once a block carries an authority with a
 //! scheme, that block and all later ones are re-encoded without the dynamic table, with the scheme
-//! stripped. Connections that never send such an authority pass through byte for byte.
+//! stripped. Connections that never send such an authority pass through byte for byte, and a connection
+//! whose first authority has no scheme is not parsed any further (a gRPC client keeps one authority per
+//! connection; decoding every block would cost every request).
 
 use std::io;
 use std::pin::Pin;
@@ -42,12 +44,20 @@ struct Rewriter {
     preface_left: usize,
     /// Once true, every header block is re-encoded (the server's HPACK table no longer follows the client's).
     rewriting: bool,
+    /// Once true, everything passes through unparsed: the connection's authority needs no rewrite.
+    passthrough: bool,
     pending: Option<PendingBlock>,
 }
 
 impl Rewriter {
     fn new() -> Self {
-        Self { decoder: loona_hpack::Decoder::new(), preface_left: PREFACE_LEN, rewriting: false, pending: None }
+        Self {
+            decoder: loona_hpack::Decoder::new(),
+            preface_left: PREFACE_LEN,
+            rewriting: false,
+            passthrough: false,
+            pending: None,
+        }
     }
 
     /// Moves every complete unit of `input` (preface bytes, whole frames) to `output`, rewritten as needed.
@@ -61,6 +71,10 @@ impl Rewriter {
             }
         }
         while input.len() >= FRAME_HEADER_LEN {
+            if self.passthrough {
+                output.extend_from_slice(&input.split());
+                return Ok(());
+            }
             let len = (usize::from(input[0]) << 16) | (usize::from(input[1]) << 8) | usize::from(input[2]);
             if input.len() < FRAME_HEADER_LEN + len {
                 break;
@@ -131,6 +145,8 @@ impl Rewriter {
                 if let Some(stripped) = strip_scheme(value) {
                     *value = stripped;
                     self.rewriting = true;
+                } else if !self.rewriting {
+                    self.passthrough = true;
                 }
             }
         }
@@ -356,17 +372,17 @@ mod tests {
     fn authorities_with_a_scheme_are_stripped_and_the_tables_stay_in_step() {
         let mut client = loona_hpack::Encoder::new();
         let mut input = PREFACE.to_vec();
-        let plain = client.encode(headers("127.0.0.1:2379").iter().map(|(n, v)| (&n[..], &v[..])));
-        input.extend(frame(TYPE_HEADERS, FLAG_END_HEADERS, 1, &plain));
-        input.extend(frame(0x0, FLAG_END_STREAM, 1, b"data"));
         let schemed = client.encode(headers("http://127.0.0.1:2379").iter().map(|(n, v)| (&n[..], &v[..])));
         // Split across a HEADERS and a CONTINUATION frame.
         let (a, b) = schemed.split_at(schemed.len() / 2);
-        input.extend(frame(TYPE_HEADERS, FLAG_END_STREAM, 3, a));
-        input.extend(frame(TYPE_CONTINUATION, FLAG_END_HEADERS, 3, b));
+        input.extend(frame(TYPE_HEADERS, 0, 1, a));
+        input.extend(frame(TYPE_CONTINUATION, FLAG_END_HEADERS, 1, b));
+        input.extend(frame(0x0, FLAG_END_STREAM, 1, b"data"));
         // The client now refers to its dynamic table; the server must still see the right values.
-        let again = client.encode(headers("http://127.0.0.1:2379").iter().map(|(n, v)| (&n[..], &v[..])));
-        input.extend(frame(TYPE_HEADERS, FLAG_END_HEADERS | FLAG_END_STREAM, 5, &again));
+        for stream in [3, 5] {
+            let again = client.encode(headers("http://127.0.0.1:2379").iter().map(|(n, v)| (&n[..], &v[..])));
+            input.extend(frame(TYPE_HEADERS, FLAG_END_HEADERS | FLAG_END_STREAM, stream, &again));
+        }
 
         for split in [1, 7, 64, input.len()] {
             let (blocks, others) = server_view(&input, split);
@@ -388,6 +404,7 @@ mod tests {
         let (mut raw, mut out) = (BytesMut::from(&input[..]), BytesMut::new());
         rewriter.process(&mut raw, &mut out).expect("valid input");
         assert_eq!(&out[..], &input[..]);
+        assert!(rewriter.passthrough, "a connection without a schemed authority is no longer parsed");
     }
 
     #[test]
