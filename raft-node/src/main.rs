@@ -3,9 +3,6 @@
 use clap::Parser;
 use raft_node::config::Config;
 
-#[global_allocator]
-static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
-
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
     raft_node::logging::init();
