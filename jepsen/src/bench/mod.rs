@@ -99,6 +99,9 @@ fn write(path: &Path, text: &str) -> Result<()> {
     std::fs::write(path, text).map_err(Error::system(format!("write {}", path.display())))
 }
 
+/// Quiet time before each round, after `sync`.
+const SETTLE_PAUSE: Duration = Duration::from_secs(2);
+
 /// `<store>/bench-<target>-<unix time>`.
 fn create_dir(opts: &BenchOptions) -> Result<PathBuf> {
     let store = opts.store.clone().unwrap_or_else(|| std::env::temp_dir().join("jepsen"));
@@ -141,6 +144,7 @@ fn client_url(member: &Member) -> String {
 /// members' usage, (memory mode) a follower restart; then the members are killed.
 async fn run_round(opts: &BenchOptions, target: Target, number: u32, dir: &Path) -> Result<Round> {
     let started = Instant::now();
+    settle().await;
     let root = dir.join(format!("{}-round{number}", target.name()));
     std::fs::create_dir_all(&root).map_err(Error::system(format!("create {}", root.display())))?;
     let mut cluster = Cluster::start(&cluster_options(opts, target)?, &root)?;
@@ -217,6 +221,14 @@ async fn run_round(opts: &BenchOptions, target: Target, number: u32, dir: &Path)
         restart,
         duration_secs: started.elapsed().as_secs_f64(),
     })
+}
+
+/// Lets the disk settle before a round: the previous round's data dirs were just removed and its
+/// writes may still be on their way to disk, which would slow this round's first workload (seen as
+/// put-1-leader at half speed after another round).
+async fn settle() {
+    let _ = tokio::task::spawn_blocking(|| std::process::Command::new("sync").status()).await;
+    tokio::time::sleep(SETTLE_PAUSE).await;
 }
 
 /// The leader's index; member 0 (with a warning) when none claims it right now.
