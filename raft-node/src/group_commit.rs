@@ -84,7 +84,7 @@ async fn propose_batches(raft: Raft, mut receiver: mpsc::UnboundedReceiver<Pendi
         let (commands, waiting): (Vec<Command>, Vec<_>) =
             gather(first, &mut receiver).into_iter().map(|p| (p.command, p.done)).unzip();
         // Submitted in queue order, so entries follow the order the writes arrived in.
-        match raft.client_write_ff(commands).await {
+        match raft.client_write_ff(Arc::new(commands)).await {
             Ok(receiver) => {
                 tokio::spawn(answer(receiver, waiting, slot));
             }

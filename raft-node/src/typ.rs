@@ -2,6 +2,7 @@
 
 use std::fmt;
 use std::io::Cursor;
+use std::sync::Arc;
 
 use kv_api::{Command, CommandResponse};
 use serde::{Deserialize, Serialize};
@@ -20,6 +21,10 @@ impl fmt::Display for MemberNode {
     }
 }
 
+/// The commands of one log entry (shared: the log keeps its newest entries in memory for replication,
+/// and copies of an entry cost a pointer).
+pub type Commands = Arc<Vec<Command>>;
+
 /// What applying one log entry produced: each of its commands' responses (or deterministic errors), in
 /// order; nothing for blank and membership entries.
 pub type Applied = Vec<kv_api::Result<CommandResponse>>;
@@ -28,7 +33,7 @@ openraft::declare_raft_types!(
     /// Types of a member: etcd commands in the log (many clients' writes to an entry, see
     /// [`crate::group_commit`]), etcd-style u64 member ids.
     pub TypeConfig:
-        D = Vec<Command>,
+        D = Commands,
         R = Applied,
         NodeId = u64,
         Node = MemberNode,

@@ -6,12 +6,15 @@
 //! Appends and votes are flushed before they are reported done (design invariant 2). A flush of this
 //! database also makes the state machine's earlier writes durable (see [`crate::storage`]).
 
+use std::collections::VecDeque;
 use std::fmt::Debug;
 use std::io;
 use std::ops::{Bound, RangeBounds};
+use std::sync::Arc;
 
 use openraft::storage::{LogFlushed, LogState, RaftLogStorage};
 use openraft::{RaftLogReader, StorageIOError};
+use parking_lot::Mutex;
 use serde::de::DeserializeOwned;
 use serde::Serialize;
 
@@ -31,6 +34,28 @@ pub struct LogStore {
     db: sled::Db,
     logs: sled::Tree,
     state: sled::Tree,
+    /// The newest entries (a suffix of the log, or nothing), as appended: the leader's replication to
+    /// each follower reads an entry right after its append, and decoding it again from sled for every
+    /// follower cost the leader more than anything else replication does.
+    tail: Arc<Mutex<VecDeque<Entry>>>,
+}
+
+/// Entries the tail keeps, at most (each may carry many clients' writes).
+const TAIL_ENTRIES: usize = 256;
+
+/// `range` as the half-open `[start, end)` of indexes it covers, `end` clipped to `last + 1`.
+fn half_open(range: &impl RangeBounds<u64>, last: u64) -> (u64, u64) {
+    let start = match range.start_bound() {
+        Bound::Included(s) => *s,
+        Bound::Excluded(s) => s.saturating_add(1),
+        Bound::Unbounded => 0,
+    };
+    let end = match range.end_bound() {
+        Bound::Included(e) => e.saturating_add(1),
+        Bound::Excluded(e) => *e,
+        Bound::Unbounded => u64::MAX,
+    };
+    (start, end.min(last.saturating_add(1)))
 }
 
 /// Which end of the log a removal starts from.
@@ -47,7 +72,7 @@ fn index_key(index: u64) -> [u8; 8] {
 impl LogStore {
     pub fn open(db: &sled::Db) -> Result<Self, StorageError> {
         let open = |name: &str| db.open_tree(name).map_err(|e| StorageIOError::read_logs(&e));
-        Ok(Self { db: db.clone(), logs: open(LOGS)?, state: open(RAFT_STATE)? })
+        Ok(Self { db: db.clone(), logs: open(LOGS)?, state: open(RAFT_STATE)?, tail: Arc::default() })
     }
 
     fn read_state<T: DeserializeOwned>(&self, key: &[u8]) -> Result<Option<T>, StorageError> {
@@ -80,6 +105,31 @@ impl LogStore {
         match self.logs.last().map_err(|e| StorageIOError::read_logs(&e))? {
             Some((index, bytes)) => Ok(Some(Self::decode_entry(&index, &bytes)?.log_id)),
             None => Ok(None),
+        }
+    }
+
+    /// The entries of `range` if the tail holds all of them.
+    fn from_tail(&self, range: &impl RangeBounds<u64>) -> Option<Vec<Entry>> {
+        let tail = self.tail.lock();
+        let first = tail.front()?.log_id.index;
+        let last = tail.back()?.log_id.index;
+        let (start, end) = half_open(range, last);
+        if start < first || start > end {
+            return None;
+        }
+        let (from, to) = ((start - first) as usize, (end - first) as usize);
+        Some(tail.range(from..to).cloned().collect())
+    }
+
+    /// Keeps `entry` as the newest of the tail.
+    fn remember(&self, entry: Entry) {
+        let mut tail = self.tail.lock();
+        if tail.back().is_some_and(|last| last.log_id.index + 1 != entry.log_id.index) {
+            tail.clear();
+        }
+        tail.push_back(entry);
+        if tail.len() > TAIL_ENTRIES {
+            tail.pop_front();
         }
     }
 
@@ -117,6 +167,9 @@ impl RaftLogReader<TypeConfig> for LogStore {
     ) -> Result<Vec<Entry>, StorageError> {
         let start = range.start_bound().map(|i| index_key(*i));
         let end = range.end_bound().map(|i| index_key(*i));
+        if let Some(entries) = self.from_tail(&range) {
+            return Ok(entries);
+        }
         // An empty or inverted range would make sled panic.
         let empty = match (range.start_bound(), range.end_bound()) {
             (Bound::Included(s), Bound::Excluded(e)) | (Bound::Excluded(s), Bound::Included(e)) => s >= e,
@@ -181,6 +234,7 @@ impl RaftLogStorage<TypeConfig> for LogStore {
         for entry in entries {
             let bytes = encode(&entry).map_err(|e| StorageIOError::write_log_entry(entry.log_id, &e))?;
             self.logs.insert(index_key(entry.log_id.index), bytes).map_err(|e| StorageIOError::write_logs(&e))?;
+            self.remember(entry);
         }
         // Entries are readable now; they are reported persisted only once on disk.
         match self.flush().await {
@@ -198,6 +252,7 @@ impl RaftLogStorage<TypeConfig> for LogStore {
 
     /// Removes `log_id` and every later entry: the tail goes, so no hole is left.
     async fn truncate(&mut self, log_id: LogId) -> Result<(), StorageError> {
+        self.tail.lock().retain(|entry| entry.log_id.index < log_id.index);
         self.remove_range(index_key(log_id.index).., End::Tail)?;
         self.flush().await.map_err(|e| StorageIOError::write_logs(&e))?;
         Ok(())
@@ -207,6 +262,7 @@ impl RaftLogStorage<TypeConfig> for LogStore {
     /// extra entries at the head, never a log without its purged id.
     async fn purge(&mut self, log_id: LogId) -> Result<(), StorageError> {
         self.write_state(KEY_LAST_PURGED, &log_id)?;
+        self.tail.lock().retain(|entry| entry.log_id.index > log_id.index);
         self.remove_range(..=index_key(log_id.index), End::Head)
     }
 }
@@ -246,6 +302,36 @@ mod tests {
         assert_eq!(log.read_committed().await.expect("committed"), Some(blank(1, 8).log_id));
         let all = log.try_get_log_entries(..).await.expect("read");
         assert_eq!(indexes(&all), (4..=8).collect::<Vec<_>>());
+    }
+
+    #[tokio::test]
+    async fn the_tail_answers_as_sled_does_after_truncate_and_purge() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let (mut log, _sm, _store) = open(dir.path()).expect("open");
+        log.blocking_append((1..=10).map(|i| blank(1, i))).await.expect("append");
+        log.truncate(blank(1, 7).log_id).await.expect("truncate");
+        log.blocking_append((7..=12).map(|i| blank(2, i))).await.expect("append");
+        log.purge(blank(1, 3).log_id).await.expect("purge");
+        assert_eq!(log.tail.lock().front().map(|e| e.log_id.index), Some(4), "the tail serves these reads");
+        let mut sled_only = LogStore { tail: Arc::default(), ..log.clone() };
+        let ranges: Vec<(Bound<u64>, Bound<u64>)> = vec![
+            (Bound::Unbounded, Bound::Unbounded),
+            (Bound::Included(4), Bound::Unbounded),
+            (Bound::Included(6), Bound::Included(8)),
+            (Bound::Excluded(9), Bound::Excluded(12)),
+            (Bound::Included(11), Bound::Excluded(20)),
+            (Bound::Included(13), Bound::Unbounded),
+            (Bound::Included(8), Bound::Excluded(8)),
+        ];
+        for range in ranges {
+            let tail = log.try_get_log_entries(range).await.expect("read");
+            let sled = sled_only.try_get_log_entries(range).await.expect("read");
+            let ids = |entries: &[Entry]| entries.iter().map(|e| e.log_id).collect::<Vec<_>>();
+            assert_eq!(ids(&tail), ids(&sled), "{range:?}");
+        }
+        let all = log.try_get_log_entries(..).await.expect("read");
+        assert_eq!(indexes(&all), (4..=12).collect::<Vec<_>>());
+        assert_eq!(all[5].log_id, blank(2, 9).log_id, "the truncated entries are gone");
     }
 
     #[tokio::test]

@@ -59,11 +59,7 @@ const CACHE_BYTES: u64 = 64 * 1024 * 1024;
 /// Opens (or creates) the member's database at `dir`: the log store, the state machine and the MVCC
 /// store the services read, all on one sled database (see the module doc for why).
 pub fn open(dir: &Path) -> Result<(LogStore, StateMachine, SharedStore), StorageError> {
-    let db = sled::Config::new()
-        .path(dir)
-        .cache_capacity(CACHE_BYTES)
-        .open()
-        .map_err(|e| StorageIOError::read(&e))?;
+    let db = sled::Config::new().path(dir).cache_capacity(CACHE_BYTES).open().map_err(|e| StorageIOError::read(&e))?;
     let backend = SledBackend::open(&db).map_err(|e| StorageIOError::read_state_machine(&e))?;
     let store = MvccStore::open(Arc::new(backend)).map_err(|e| StorageIOError::read_state_machine(&e))?;
     let store: SharedStore = Arc::new(RwLock::new(store));

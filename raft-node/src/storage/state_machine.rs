@@ -93,7 +93,7 @@ impl StateMachine {
                 EntryPayload::Blank => Vec::new(),
                 EntryPayload::Normal(commands) => {
                     let mut answers = Vec::with_capacity(commands.len());
-                    for command in &commands {
+                    for command in commands.iter() {
                         match store.apply(command) {
                             // A disk or invariant failure is no answer to give a client: it stops this member.
                             Err(kv_api::Error::Internal(msg)) => {
@@ -285,11 +285,11 @@ mod tests {
     fn put(log_id: LogId, key: &str, value: &str) -> Entry {
         Entry {
             log_id,
-            payload: EntryPayload::Normal(vec![Command::Put(pb::PutRequest {
+            payload: EntryPayload::Normal(Arc::new(vec![Command::Put(pb::PutRequest {
                 key: key.as_bytes().to_vec(),
                 value: value.as_bytes().to_vec(),
                 ..Default::default()
-            })]),
+            })])),
         }
     }
 
@@ -325,11 +325,11 @@ mod tests {
         );
         let failing = Entry {
             log_id: log_id(2, 4),
-            payload: EntryPayload::Normal(vec![Command::Put(pb::PutRequest {
+            payload: EntryPayload::Normal(Arc::new(vec![Command::Put(pb::PutRequest {
                 key: b"missing".to_vec(),
                 ignore_value: true,
                 ..Default::default()
-            })]),
+            })])),
         };
         let blank = Entry { log_id: log_id(2, 5), payload: EntryPayload::Blank };
         let replies = sm.apply([failing, blank]).await.expect("apply");
@@ -348,7 +348,7 @@ mod tests {
         // Three clients' writes in one entry; the middle one fails on its own.
         let entry = Entry {
             log_id: log_id(1, 1),
-            payload: EntryPayload::Normal(vec![put("a", false), put("x", true), put("b", false)]),
+            payload: EntryPayload::Normal(Arc::new(vec![put("a", false), put("x", true), put("b", false)])),
         };
         let replies = sm.apply([entry]).await.expect("apply");
         let revisions: Vec<_> = replies[0]
@@ -409,10 +409,10 @@ mod tests {
         // Compaction state travels too.
         let compact = Entry {
             log_id: log_id(2, 6),
-            payload: EntryPayload::Normal(vec![Command::Compact(pb::CompactionRequest {
+            payload: EntryPayload::Normal(Arc::new(vec![Command::Compact(pb::CompactionRequest {
                 revision: 2,
                 ..Default::default()
-            })]),
+            })])),
         };
         leader.apply([compact]).await.expect("apply");
         let snapshot = leader.get_snapshot_builder().await.build_snapshot().await.expect("build");
