@@ -103,6 +103,11 @@ fn run_campaign(opts: &CampaignOptions) -> ExitCode {
 /// (members on 127.0.0.11..13 need no free host ports and never outlive it), then runs the rounds.
 fn run_bench(opts: BenchOptions) -> ExitCode {
     if !netns::is_inside() {
+        // Inside the namespace there is no network to fetch etcd with.
+        if let Err(err) = bench::ensure_etcd(&opts) {
+            eprintln!("jepsen: {err}");
+            return ExitCode::from(EXIT_ERROR);
+        }
         return match netns::reexec() {
             Ok(status) => ExitCode::from(status.code().and_then(|c| u8::try_from(c).ok()).unwrap_or(EXIT_ERROR)),
             Err(err) => {

@@ -22,6 +22,7 @@ use crate::election::{ElectionClock, PreVote, PreVoteAnswer};
 use crate::forward::Forwarder;
 use crate::group_commit::GroupCommit;
 use crate::member_id::member_id_at;
+use crate::read_index::ReadRounds;
 use crate::typ::{MemberNode, NodeId, Raft};
 
 /// A request for the leader (or, for [`LeaderRequest::ClusterInfo`], for any member).
@@ -144,6 +145,8 @@ pub struct Leader {
     pub deadlines: Arc<LeaseDeadlines>,
     /// Writes waiting to be proposed, many to an entry.
     pub writes: GroupCommit,
+    /// Leadership confirmations (read index, lease keep-alives), many to a quorum round.
+    pub confirmations: ReadRounds,
 }
 
 /// etcd's `maxLearners`: how many learners a cluster may have at once.
@@ -154,10 +157,31 @@ const LEARNER_READY_SHARE: f64 = 0.9;
 
 impl Leader {
     /// Confirms with a quorum that this member still leads, then waits until it has applied every entry
-    /// committed so far.
+    /// committed so far. Concurrent callers share quorum rounds (see [`ReadRounds`]).
     pub async fn confirm_leadership(&self) -> Result<(), Error> {
-        self.raft.ensure_linearizable().await.map_err(leadership_error)?;
-        Ok(())
+        let index = self.confirmations.read_index().await?;
+        self.raft
+            .wait(Some(self.request_timeout))
+            .applied_index_at_least(Some(index), "leadership confirmed")
+            .await
+            .map(|_| ())
+            .map_err(|e| match e {
+                openraft::metrics::WaitError::Timeout(..) => Error::Timeout,
+                openraft::metrics::WaitError::ShuttingDown => Error::Stopped,
+            })
+    }
+
+    /// Quorum rounds that confirm this member's leadership, each shared by the requests that arrived
+    /// before it began; a round answers the commit index.
+    pub fn confirmation_rounds(raft: &Raft) -> ReadRounds {
+        let raft = raft.clone();
+        ReadRounds::start(move || {
+            let raft = raft.clone();
+            async move {
+                let (read_log_id, _applied) = raft.get_read_log_id().await.map_err(leadership_error)?;
+                Ok(read_log_id.map_or(0, |id| id.index))
+            }
+        })
     }
 
     /// Serves a request on this member, which must be the leader (except for `ClusterInfo`, `PreVote` and
@@ -195,10 +219,7 @@ impl Leader {
                 }
                 Ok(LeaderReply::Written { index: written.index, applied: written.applied })
             }
-            LeaderRequest::ReadIndex => {
-                let (read_log_id, _applied) = self.raft.get_read_log_id().await.map_err(leadership_error)?;
-                Ok(LeaderReply::ReadIndex(read_log_id.map_or(0, |id| id.index)))
-            }
+            LeaderRequest::ReadIndex => Ok(LeaderReply::ReadIndex(self.confirmations.read_index().await?)),
             LeaderRequest::MemberAdd { peer_urls, is_learner } => self.member_add(peer_urls, is_learner).await,
             LeaderRequest::MemberRemove { id } => {
                 let membership = self.membership();

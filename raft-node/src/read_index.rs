@@ -1,4 +1,4 @@
-//! Read index rounds shared by many linearizable reads.
+//! Read index rounds shared by many linearizable reads (and by the leader's other leadership checks).
 //!
 //! A round asks the leader to confirm with a quorum that it still leads and to name its commit index;
 //! a read may then be served locally once that index is applied. Any round that *began after a read

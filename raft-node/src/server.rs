@@ -115,6 +115,7 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> anyhow::
         store: store.clone(),
         deadlines: Arc::new(LeaseDeadlines::new(election)),
         writes: GroupCommit::start(raft.clone()),
+        confirmations: Leader::confirmation_rounds(&raft),
     };
     let consensus = Arc::new(RaftConsensus::new(leader.clone()));
     let api = ApiConfig {

@@ -99,6 +99,40 @@ fn write(path: &Path, text: &str) -> Result<()> {
     std::fs::write(path, text).map_err(Error::system(format!("write {}", path.display())))
 }
 
+/// Debian's package of the etcd server, installed when a run needs etcd and the default binary is
+/// missing (a fresh machine).
+const ETCD_PACKAGE: &str = "etcd-server";
+
+/// Makes sure the etcd binary exists when the run measures etcd: the default `/usr/bin/etcd` is
+/// installed with apt-get (`etcd-server`, etcd 3.4 on Debian) if missing; a `--etcd-bin` given by
+/// hand must exist.
+pub fn ensure_etcd(opts: &BenchOptions) -> std::result::Result<(), String> {
+    if !opts.target.targets().contains(&Target::Etcd) || opts.etcd_bin.is_file() {
+        return Ok(());
+    }
+    if opts.etcd_bin != Path::new(options::DEFAULT_ETCD_BIN) {
+        return Err(format!("{} does not exist", opts.etcd_bin.display()));
+    }
+    eprintln!("jepsen: {} is missing; installing Debian's {ETCD_PACKAGE}", opts.etcd_bin.display());
+    let apt = |args: &[&str]| {
+        std::process::Command::new("apt-get")
+            .args(args)
+            .env("DEBIAN_FRONTEND", "noninteractive")
+            .status()
+            .is_ok_and(|status| status.success())
+    };
+    // A fresh machine may have no package lists yet.
+    let installed =
+        apt(&["install", "-y", ETCD_PACKAGE]) || (apt(&["update"]) && apt(&["install", "-y", ETCD_PACKAGE]));
+    if installed && opts.etcd_bin.is_file() {
+        Ok(())
+    } else {
+        Err(format!(
+            "could not install {ETCD_PACKAGE} (apt-get install -y {ETCD_PACKAGE}); or give --etcd-bin, or --target ours"
+        ))
+    }
+}
+
 /// Quiet time before each round, after `sync`.
 const SETTLE_PAUSE: Duration = Duration::from_secs(2);
 

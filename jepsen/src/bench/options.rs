@@ -184,6 +184,9 @@ pub enum Stop {
     After(Duration),
 }
 
+/// Where Debian's etcd-server puts etcd.
+pub const DEFAULT_ETCD_BIN: &str = "/usr/bin/etcd";
+
 /// `jepsen bench`: etcd's benchmark workloads against fresh three-member clusters.
 #[derive(Debug, Clone, Args, Serialize)]
 pub struct BenchOptions {
@@ -229,8 +232,8 @@ pub struct BenchOptions {
     #[arg(long)]
     pub server_bin: Option<PathBuf>,
 
-    /// the etcd binary
-    #[arg(long, default_value = "/usr/bin/etcd")]
+    /// the etcd binary (the default is installed from Debian's etcd-server when missing)
+    #[arg(long, default_value = DEFAULT_ETCD_BIN)]
     pub etcd_bin: PathBuf,
 
     /// where the report folder goes (default: `<temp dir>/jepsen`)

@@ -327,13 +327,18 @@ impl KeepAlive {
 
 impl Caller for KeepAlive {
     fn call(&mut self, _seq: u64) -> impl Future<Output = Result<(), tonic::Status>> + Send {
-        // The request stream never ends by itself: closing it could let a server end the response
-        // stream before it answers. Dropping the response stream below cancels the call.
+        // The request stream stays open until the answer arrives (closing it earlier could let a
+        // server end the response stream before it answers), then ends, which closes the call on
+        // both sides. (Leaving it open left every call's stream open on the server until the
+        // connection closed: tens of thousands per run, hundreds of MB on either server.)
+        let (answered, finished) = tokio::sync::oneshot::channel::<()>();
         let requests = futures::stream::once(futures::future::ready(pb::LeaseKeepAliveRequest { id: self.id }))
-            .chain(futures::stream::pending());
+            .chain(futures::stream::once(finished).filter_map(|_| futures::future::ready(None)));
         async move {
             let mut responses = self.lease.lease_keep_alive(requests).await?.into_inner();
-            match responses.message().await? {
+            let answer = responses.message().await;
+            drop(answered);
+            match answer? {
                 Some(answer) if answer.ttl > 0 => Ok(()),
                 Some(_) => Err(tonic::Status::not_found("the lease expired")),
                 None => Err(tonic::Status::unavailable("the keep-alive stream ended without an answer")),
