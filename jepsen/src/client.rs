@@ -65,6 +65,8 @@ pub struct MemberStatus {
     /// The leader this member knows of; 0 when none.
     pub leader: u64,
     pub raft_term: u64,
+    /// The index of the last entry in this member's Raft log.
+    pub raft_index: u64,
     pub revision: i64,
 }
 
@@ -76,6 +78,7 @@ pub async fn status(channel: &Channel, timeout: Duration) -> Result<MemberStatus
         member_id: header.member_id,
         leader: response.leader,
         raft_term: response.raft_term,
+        raft_index: response.raft_index,
         revision: header.revision,
     })
 }

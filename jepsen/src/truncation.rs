@@ -30,7 +30,7 @@
 //! blackhole within 30 s of the last install then catches up from the log. The heal's detail
 //! says which happened (and quotes the leader's "skip compaction" line); ours has no such pause.
 
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -180,9 +180,10 @@ pub async fn blackhole(cluster: &Cluster, net: &Net, rng: &mut StdRng) -> Result
     let started = Instant::now();
     let filled = fill(&channels, entries).await;
     let detail = format!(
-        "isolated {victim_name} ({role}), then wrote {} filler entries ({entries} needed) under {FILLER_PREFIX} in \
-         {:.1} s ({} failed) so that the leader snapshots and drops the log {victim_name} needs",
+        "isolated {victim_name} ({role}), then wrote {} filler puts under {FILLER_PREFIX}, {} log entries ({entries} \
+         needed), in {:.1} s ({} failed) so that the leader snapshots and drops the log {victim_name} needs",
         filled.ok,
+        filled.entries,
         started.elapsed().as_secs_f64(),
         filled.failed
     );
@@ -241,21 +242,46 @@ pub async fn heal_blackhole(cluster: &Cluster, net: &Net, hole: &Blackhole) -> R
 struct Filled {
     ok: u64,
     failed: u64,
+    /// How far the first channel's member's Raft log grew meanwhile.
+    entries: u64,
 }
 
-/// Writes `entries` puts over `channels` with [`FILLER_WRITERS`] concurrent writers, until they
-/// are all acknowledged or the deadline passes. Failed puts are not retried, but they do not count
-/// towards `entries`: the next writer writes another.
+/// The last log index of the member behind `channel`.
+async fn raft_index(channel: &Channel) -> Option<u64> {
+    client::status(channel, Duration::from_secs(1)).await.ok().map(|s| s.raft_index)
+}
+
+/// Writes puts over `channels` with [`FILLER_WRITERS`] concurrent writers until the Raft log of the
+/// first channel's member has grown by `entries` (a leader may carry many puts in one entry, so
+/// puts are not entries) or the deadline passes. Failed puts are not retried.
 async fn fill(channels: &[Channel], entries: u64) -> Filled {
     let next = Arc::new(AtomicU64::new(0));
     let ok = Arc::new(AtomicU64::new(0));
     let failed = Arc::new(AtomicU64::new(0));
+    let done = Arc::new(AtomicBool::new(false));
     let deadline = Instant::now() + FILLER_DEADLINE;
+    let start = raft_index(&channels[0]).await.unwrap_or(0);
+    let grown = Arc::new(AtomicU64::new(0));
+    let monitor = {
+        let (done, grown, channel) = (Arc::clone(&done), Arc::clone(&grown), channels[0].clone());
+        async move {
+            while Instant::now() < deadline {
+                if let Some(index) = raft_index(&channel).await {
+                    grown.store(index.saturating_sub(start), Ordering::Relaxed);
+                    if index >= start + entries {
+                        break;
+                    }
+                }
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+            done.store(true, Ordering::Relaxed);
+        }
+    };
     let writers = (0..FILLER_WRITERS).map(|writer| {
         let channel = channels[writer % channels.len()].clone();
-        let (next, ok, failed) = (Arc::clone(&next), Arc::clone(&ok), Arc::clone(&failed));
+        let (next, ok, failed, done) = (Arc::clone(&next), Arc::clone(&ok), Arc::clone(&failed), Arc::clone(&done));
         async move {
-            while ok.load(Ordering::Relaxed) < entries && Instant::now() < deadline {
+            while !done.load(Ordering::Relaxed) && Instant::now() < deadline {
                 let n = next.fetch_add(1, Ordering::Relaxed);
                 let key = format!("{FILLER_PREFIX}{}", n % FILLER_KEYS);
                 let left = deadline.saturating_duration_since(Instant::now());
@@ -271,8 +297,12 @@ async fn fill(channels: &[Channel], entries: u64) -> Filled {
             }
         }
     });
-    futures::future::join_all(writers).await;
-    Filled { ok: ok.load(Ordering::Relaxed), failed: failed.load(Ordering::Relaxed) }
+    futures::future::join(monitor, futures::future::join_all(writers)).await;
+    Filled {
+        ok: ok.load(Ordering::Relaxed),
+        failed: failed.load(Ordering::Relaxed),
+        entries: grown.load(Ordering::Relaxed),
+    }
 }
 
 /// Waits until `victim` reports at least the highest revision the others report.

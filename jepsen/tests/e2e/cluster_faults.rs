@@ -61,7 +61,10 @@ fn a_follower_behind_the_leaders_snapshot_catches_up_by_install() {
     let notes = summary["notes"].to_string();
     assert!(notes.contains("--snapshot-count=100"), "{notes}");
     let seen = events(summary, "blackhole-snapshot");
-    assert!(seen.iter().any(|(f, d)| *f == "start" && d.contains("filler entries")), "{seen:?}");
+    assert!(
+        seen.iter().any(|(f, d)| *f == "start" && d.contains("filler puts") && d.contains("log entries")),
+        "{seen:?}"
+    );
     let heals: Vec<&str> = seen.iter().filter(|(f, _)| *f == "stop").map(|(_, d)| *d).collect();
     assert!(!heals.is_empty(), "{seen:?}");
     assert!(heals.iter().all(|d| d.contains("caught up in") && d.contains("installed a snapshot")), "{heals:?}");
