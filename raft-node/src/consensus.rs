@@ -9,7 +9,7 @@ use openraft::ServerState;
 use proto::etcdserverpb as pb;
 use tokio::time::Instant;
 
-use crate::leader::{members, Leader, LeaderReply, LeaderRequest};
+use crate::leader::{members, wait_applied, Leader, LeaderReply, LeaderRequest};
 use crate::read_index::ReadRounds;
 use crate::typ::{NodeId, Raft};
 
@@ -117,15 +117,7 @@ impl Route {
 impl RaftConsensus {
     /// Waits until this member has applied the log up to `index`.
     async fn wait_applied(&self, index: u64) -> Result<(), Error> {
-        self.raft()
-            .wait(Some(self.route.timeout))
-            .applied_index_at_least(Some(index), "forwarded request")
-            .await
-            .map(|_| ())
-            .map_err(|e| match e {
-                openraft::metrics::WaitError::Timeout(..) => Error::Timeout,
-                openraft::metrics::WaitError::ShuttingDown => Error::Stopped,
-            })
+        wait_applied(self.raft(), index, self.route.timeout).await
     }
 
     /// Runs a membership change on the leader and waits for it here.

@@ -160,15 +160,7 @@ impl Leader {
     /// committed so far. Concurrent callers share quorum rounds (see [`ReadRounds`]).
     pub async fn confirm_leadership(&self) -> Result<(), Error> {
         let index = self.confirmations.read_index().await?;
-        self.raft
-            .wait(Some(self.request_timeout))
-            .applied_index_at_least(Some(index), "leadership confirmed")
-            .await
-            .map(|_| ())
-            .map_err(|e| match e {
-                openraft::metrics::WaitError::Timeout(..) => Error::Timeout,
-                openraft::metrics::WaitError::ShuttingDown => Error::Stopped,
-            })
+        wait_applied(&self.raft, index, self.request_timeout).await
     }
 
     /// Quorum rounds that confirm this member's leadership, each shared by the requests that arrived
@@ -412,6 +404,16 @@ fn check_peer_urls(
         return Err(Error::PeerUrlExists);
     }
     Ok(())
+}
+
+/// Waits until this member has applied the log up to `index`; "request timed out" after `timeout`.
+pub async fn wait_applied(raft: &Raft, index: u64, timeout: Duration) -> Result<(), Error> {
+    raft.wait(Some(timeout)).applied_index_at_least(Some(index), "applied up to a log index").await.map(|_| ()).map_err(
+        |e| match e {
+            openraft::metrics::WaitError::Timeout(..) => Error::Timeout,
+            openraft::metrics::WaitError::ShuttingDown => Error::Stopped,
+        },
+    )
 }
 
 /// The members as etcd lists them.
