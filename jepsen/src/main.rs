@@ -50,21 +50,9 @@ fn main() -> ExitCode {
     };
     if !netns::is_inside() {
         // Everything the run does to the network happens in a namespace of its own.
-        return match netns::reexec() {
-            Ok(status) => ExitCode::from(status.code().and_then(|c| u8::try_from(c).ok()).unwrap_or(EXIT_ERROR)),
-            Err(err) => {
-                eprintln!("jepsen: {err}");
-                ExitCode::from(EXIT_ERROR)
-            }
-        };
+        return reexec_in_namespaces();
     }
-    tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info,h2=warn,tower=warn".into()),
-        )
-        .with_writer(std::io::stderr)
-        .with_ansi(std::io::stderr().is_terminal())
-        .init();
+    init_tracing();
     let runtime = match tokio::runtime::Runtime::new() {
         Ok(runtime) => runtime,
         Err(err) => {
@@ -99,6 +87,28 @@ fn run_campaign(opts: &CampaignOptions) -> ExitCode {
     }
 }
 
+/// Runs this command again in private network and PID namespaces and exits with its status.
+fn reexec_in_namespaces() -> ExitCode {
+    match netns::reexec() {
+        Ok(status) => ExitCode::from(status.code().and_then(|c| u8::try_from(c).ok()).unwrap_or(EXIT_ERROR)),
+        Err(err) => {
+            eprintln!("jepsen: {err}");
+            ExitCode::from(EXIT_ERROR)
+        }
+    }
+}
+
+/// Log lines on stderr (`RUST_LOG` to filter).
+fn init_tracing() {
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info,h2=warn,tower=warn".into()),
+        )
+        .with_writer(std::io::stderr)
+        .with_ansi(std::io::stderr().is_terminal())
+        .init();
+}
+
 /// `jepsen bench`: like `jepsen test`, it re-executes itself in private network and PID namespaces
 /// (members on 127.0.0.11..13 need no free host ports and never outlive it), then runs the rounds.
 fn run_bench(opts: BenchOptions) -> ExitCode {
@@ -108,21 +118,9 @@ fn run_bench(opts: BenchOptions) -> ExitCode {
             eprintln!("jepsen: {err}");
             return ExitCode::from(EXIT_ERROR);
         }
-        return match netns::reexec() {
-            Ok(status) => ExitCode::from(status.code().and_then(|c| u8::try_from(c).ok()).unwrap_or(EXIT_ERROR)),
-            Err(err) => {
-                eprintln!("jepsen: {err}");
-                ExitCode::from(EXIT_ERROR)
-            }
-        };
+        return reexec_in_namespaces();
     }
-    tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info,h2=warn,tower=warn".into()),
-        )
-        .with_writer(std::io::stderr)
-        .with_ansi(std::io::stderr().is_terminal())
-        .init();
+    init_tracing();
     let result = tokio::runtime::Runtime::new()
         .map_err(|err| format!("cannot start the runtime: {err}"))
         .and_then(|runtime| runtime.block_on(bench::run(opts)).map_err(|err| err.to_string()));

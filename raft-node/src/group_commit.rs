@@ -104,25 +104,20 @@ async fn answer(
     _slot: OwnedSemaphorePermit,
 ) {
     let result = match applied.await {
-        Ok(Ok(response)) => Ok(response),
+        Ok(Ok(response)) if response.data.len() == waiting.len() => Ok(response),
+        Ok(Ok(response)) => Err(Error::Internal(format!(
+            "an entry of {} writes was applied with {} answers",
+            waiting.len(),
+            response.data.len()
+        ))),
         Ok(Err(err)) => Err(crate::leader::write_error(err)),
         Err(_) => Err(Error::Stopped),
     };
     match result {
-        Ok(response) if response.data.len() == waiting.len() => {
+        Ok(response) => {
             let index = response.log_id.index;
             for (done, applied) in waiting.into_iter().zip(response.data) {
                 let _ = done.send(Ok(Written { index, applied }));
-            }
-        }
-        Ok(response) => {
-            let err = Error::Internal(format!(
-                "an entry of {} writes was applied with {} answers",
-                waiting.len(),
-                response.data.len()
-            ));
-            for done in waiting {
-                let _ = done.send(Err(err.clone()));
             }
         }
         Err(err) => {
