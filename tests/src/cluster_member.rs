@@ -179,6 +179,14 @@ impl ClusterMember {
         self.wait_serving().await
     }
 
+    /// Kills the process if it runs and starts it again with the same flags, without waiting: etcd
+    /// answers clients only once it has published itself through a quorum, which a member restarted
+    /// alone cannot.
+    pub fn relaunch(&mut self) -> anyhow::Result<()> {
+        self.kill9()?;
+        self.start_process()
+    }
+
     /// Stops the process with SIGSTOP: it keeps its sockets but neither answers nor ticks.
     pub fn pause(&mut self) -> anyhow::Result<()> {
         let pid = self.pid().context("pause: the member is not running")?;

@@ -210,8 +210,15 @@ impl RaftLogStorage<TypeConfig> for LogStore {
         Ok(())
     }
 
+    /// The vote as saved, but never as granted: openraft reads it only at startup, and a member that
+    /// finds its own granted vote there resumes as leader at once, trusting the commit index it last
+    /// *saved* (not flushed, see `save_committed`), which can be behind writes it had acknowledged; its
+    /// first linearizable reads would then miss them (a jepsen kill-all run saw exactly that). Started
+    /// with the vote not yet granted, every member restarts as a follower, as etcd's do; the next leader
+    /// is elected and commits an entry of its own term before it serves a read.
     async fn read_vote(&mut self) -> Result<Option<Vote>, StorageError> {
-        self.read_state(KEY_VOTE)
+        let vote: Option<Vote> = self.read_state(KEY_VOTE)?;
+        Ok(vote.map(|vote| Vote { committed: false, ..vote }))
     }
 
     /// Not flushed: losing it only means re-learning the commit index from the leader.
@@ -294,14 +301,20 @@ mod tests {
             log.purge(blank(1, 3).log_id).await.expect("purge");
             log.truncate(blank(1, 9).log_id).await.expect("truncate");
         }
+        {
+            let (mut log, _sm, _store) = crate::storage::reopen(dir.path());
+            let state = log.get_log_state().await.expect("state");
+            assert_eq!(state.last_purged_log_id, Some(blank(1, 3).log_id));
+            assert_eq!(state.last_log_id, Some(blank(1, 8).log_id));
+            assert_eq!(log.read_vote().await.expect("vote"), Some(Vote::new(3, 2)));
+            assert_eq!(log.read_committed().await.expect("committed"), Some(blank(1, 8).log_id));
+            let all = log.try_get_log_entries(..).await.expect("read");
+            assert_eq!(indexes(&all), (4..=8).collect::<Vec<_>>());
+            log.save_vote(&Vote::new_committed(4, 2)).await.expect("vote");
+        }
+        // A granted vote comes back as not yet granted, so that the member restarts as a follower.
         let (mut log, _sm, _store) = crate::storage::reopen(dir.path());
-        let state = log.get_log_state().await.expect("state");
-        assert_eq!(state.last_purged_log_id, Some(blank(1, 3).log_id));
-        assert_eq!(state.last_log_id, Some(blank(1, 8).log_id));
-        assert_eq!(log.read_vote().await.expect("vote"), Some(Vote::new(3, 2)));
-        assert_eq!(log.read_committed().await.expect("committed"), Some(blank(1, 8).log_id));
-        let all = log.try_get_log_entries(..).await.expect("read");
-        assert_eq!(indexes(&all), (4..=8).collect::<Vec<_>>());
+        assert_eq!(log.read_vote().await.expect("vote"), Some(Vote::new(4, 2)));
     }
 
     #[tokio::test]
