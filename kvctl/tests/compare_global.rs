@@ -9,6 +9,7 @@ use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
 use common::{compare, error_lines, etcd_tools_present, kvctl, steps, Server, ETCDCTL};
+use tests::tls::Certs;
 use tests::ServerKind;
 
 /// Parse errors: etcdctl prints usage on stdout between two `Error:` lines. Our usage text is
@@ -115,37 +116,6 @@ async fn environment_variables_are_read_like_etcdctl() {
     }
 }
 
-/// A CA, a server certificate for 127.0.0.1 and a client certificate, made with `openssl`.
-struct Certs {
-    dir: tempfile::TempDir,
-}
-
-impl Certs {
-    fn make() -> Option<Certs> {
-        let dir = tempfile::tempdir().expect("temp dir");
-        let sh = |script: &str| {
-            Command::new("sh").arg("-c").arg(script).current_dir(dir.path()).output().is_ok_and(|o| o.status.success())
-        };
-        let key = "-newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes";
-        let made = sh(&format!("openssl req -x509 {key} -keyout ca.key -out ca.crt -days 2 -subj /CN=test-ca"))
-            && sh(&format!("openssl req {key} -keyout server.key -out server.csr -subj /CN=server"))
-            && sh("printf 'subjectAltName=IP:127.0.0.1\\nextendedKeyUsage=serverAuth\\n' > server.ext")
-            && sh("openssl x509 -req -in server.csr -CA ca.crt -CAkey ca.key -CAcreateserial -out server.crt -days 2 -extfile server.ext")
-            && sh(&format!("openssl req {key} -keyout client.key -out client.csr -subj /CN=client"))
-            && sh("printf 'extendedKeyUsage=clientAuth\\n' > client.ext")
-            && sh("openssl x509 -req -in client.csr -CA ca.crt -CAkey ca.key -CAcreateserial -out client.crt -days 2 -extfile client.ext");
-        if !made {
-            eprintln!("skipping: openssl could not make test certificates");
-            return None;
-        }
-        Some(Certs { dir })
-    }
-
-    fn path(&self, name: &str) -> String {
-        self.dir.path().join(name).display().to_string()
-    }
-}
-
 /// Real etcd with client TLS (`--client-cert-auth`), killed on drop.
 struct TlsEtcd {
     child: Child,
@@ -175,8 +145,8 @@ fn start_tls_etcd(certs: &Certs) -> TlsEtcd {
         .arg(format!("--listen-peer-urls={peer_url}"))
         .arg(format!("--initial-advertise-peer-urls={peer_url}"))
         .arg(format!("--initial-cluster=default={peer_url}"))
-        .arg(format!("--cert-file={}", certs.path("server.crt")))
-        .arg(format!("--key-file={}", certs.path("server.key")))
+        .arg(format!("--cert-file={}", certs.path("member.crt")))
+        .arg(format!("--key-file={}", certs.path("member.key")))
         .arg(format!("--trusted-ca-file={}", certs.path("ca.crt")))
         .arg("--client-cert-auth")
         .stdout(Stdio::null())
@@ -217,7 +187,7 @@ fn tls_flags_work_like_etcdctl_on_real_etcd() {
     if !etcd_tools_present() {
         return;
     }
-    let Some(certs) = Certs::make() else { return };
+    let certs = Certs::make().expect("openssl makes the test certificates");
     let etcd = start_tls_etcd(&certs);
     let full = tls_flags(&certs, true);
     let (cert, key, ca) = (&full[1], &full[2], &full[0]);

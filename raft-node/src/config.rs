@@ -52,6 +52,10 @@ pub struct Config {
     #[arg(long, env = "ETCD_INITIAL_CLUSTER_TOKEN", default_value = "etcd-cluster")]
     pub initial_cluster_token: String,
 
+    /// Client and peer TLS (`--cert-file`, `--peer-cert-file`, ...).
+    #[command(flatten)]
+    pub tls: crate::tls::TlsFlags,
+
     /// Maximum number of operations permitted in a transaction.
     #[arg(long, env = "ETCD_MAX_TXN_OPS", default_value_t = 128)]
     pub max_txn_ops: usize,
@@ -131,12 +135,12 @@ impl Config {
     }
 }
 
-/// The socket address an `http://host:port` URL names; `localhost` means 127.0.0.1.
+/// The socket address an `http://` or `https://host:port` URL names; `localhost` means 127.0.0.1.
 pub fn socket_addr(raw: &str) -> Result<SocketAddr, ConfigError> {
     let bad = |reason: &str| ConfigError::BadUrl { url: raw.to_string(), reason: reason.to_string() };
     let url = url::Url::parse(raw).map_err(|e| bad(&e.to_string()))?;
-    if url.scheme() != "http" {
-        return Err(bad("only http:// URLs are supported (TLS arrives with the operations issue)"));
+    if !matches!(url.scheme(), "http" | "https") {
+        return Err(bad("the scheme must be http or https"));
     }
     let port = url.port().ok_or_else(|| bad("missing port"))?;
     let host = match url.host_str() {
@@ -242,7 +246,8 @@ mod tests {
             "http://127.0.0.1:2",
         ]);
         assert!(matches!(config.initial_cluster(), Err(ConfigError::PeerUrlMismatch { .. })));
-        assert!(matches!(socket_addr("https://127.0.0.1:1"), Err(ConfigError::BadUrl { .. })));
+        assert_eq!(socket_addr("https://127.0.0.1:1").ok(), "127.0.0.1:1".parse().ok());
+        assert!(matches!(socket_addr("unix://127.0.0.1:1"), Err(ConfigError::BadUrl { .. })));
         assert!(matches!(socket_addr("http://127.0.0.1"), Err(ConfigError::BadUrl { .. })));
     }
 }

@@ -1,8 +1,7 @@
 //! Sending [`LeaderRequest`]s to another member over the peer network, with one cached connection per peer
-//! URL, bound to this member's own peer IP.
+//! URL (made by the member's [`PeerDialer`]).
 
 use std::collections::HashMap;
-use std::net::IpAddr;
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
@@ -10,9 +9,10 @@ use kv_api::Error;
 use parking_lot::Mutex;
 use proto::raftpb;
 use proto::raftpb::raft_peer_client::RaftPeerClient;
-use tonic::transport::{Channel, Endpoint};
+use tonic::transport::Channel;
 use tracing::debug;
 
+use crate::dial::PeerDialer;
 use crate::leader::{unix_ms, Forwarded, LeaderReply, LeaderRequest};
 use crate::storage::{decode, encode};
 use crate::typ::MemberNode;
@@ -20,13 +20,13 @@ use crate::typ::MemberNode;
 /// Connections to peers for forwarded requests.
 #[derive(Clone, Default)]
 pub struct Forwarder {
-    local_ip: Option<IpAddr>,
+    dialer: PeerDialer,
     clients: Arc<Mutex<HashMap<String, RaftPeerClient<Channel>>>>,
 }
 
 impl Forwarder {
-    pub fn new(local_ip: Option<IpAddr>) -> Self {
-        Self { local_ip, clients: Default::default() }
+    pub fn new(dialer: PeerDialer) -> Self {
+        Self { dialer, clients: Default::default() }
     }
 
     fn client(&self, node: &MemberNode) -> Result<RaftPeerClient<Channel>, Error> {
@@ -35,8 +35,7 @@ impl Forwarder {
         if let Some(client) = clients.get(url) {
             return Ok(client.clone());
         }
-        let endpoint = Endpoint::from_shared(url.clone()).map_err(|_| Error::MemberBadUrls)?;
-        let channel = endpoint.tcp_nodelay(true).local_address(self.local_ip).connect_lazy();
+        let channel = self.dialer.channel(url).ok_or(Error::MemberBadUrls)?;
         let client = RaftPeerClient::new(channel).max_decoding_message_size(usize::MAX);
         clients.insert(url.clone(), client.clone());
         Ok(client)

@@ -8,6 +8,7 @@
 //! - [`identity`]: the ids fixed at first boot, kept in the data dir.
 //! - [`typ`]: the openraft type configuration and aliases.
 //! - [`storage`]: the sled log store, the sled [`kv_api::Backend`] and the state machine (with snapshots).
+//! - [`dial`]: how this member dials its peers (own peer IP, TLS for `https://`).
 //! - [`network`]: outbound Raft RPC to peers (tonic, `raftpb`).
 //! - [`peer_service`]: inbound Raft RPC from peers.
 //! - [`election`]: elections on a logical clock with pre-vote, as etcd.
@@ -16,6 +17,7 @@
 //! - [`forward`]: sending those requests to the leader from any member.
 //! - [`read_index`]: read index rounds shared by many linearizable reads.
 //! - [`consensus`]: [`kv_api::Consensus`] on openraft: local on the leader, forwarded elsewhere.
+//! - [`tls`]: etcd's TLS flags; `https://` client and peer listeners.
 //! - [`authority`]: accepting the `:authority` etcdctl sends when it dials a member by URL.
 //! - [`lease_expiry`]: the leader's lease expiry loop.
 //! - [`logging`]: the binaries' tracing subscriber.
@@ -25,6 +27,7 @@ pub mod authority;
 pub mod bootstrap;
 pub mod config;
 pub mod consensus;
+pub mod dial;
 pub mod election;
 pub mod forward;
 pub mod group_commit;
@@ -38,4 +41,5 @@ pub mod peer_service;
 pub mod read_index;
 pub mod server;
 pub mod storage;
+pub mod tls;
 pub mod typ;

@@ -1,13 +1,12 @@
 //! Outbound Raft RPC to peers over tonic (`raftpb.RaftPeer`), openraft messages encoded with bincode.
 //!
-//! Connections are made lazily and bound to this member's own advertised peer IP, so a test harness can
-//! cut the link between two members by address without touching clients. One channel per peer URL is
+//! Connections are made lazily by a [`PeerDialer`] (this member's own peer IP, TLS for `https://`). One
+//! channel per peer URL is
 //! shared by every client openraft asks for: openraft makes a fresh client for each read-index quorum
 //! round and each vote, and a fresh TCP and HTTP/2 handshake per linearizable read is what it would
 //! otherwise cost. A channel reconnects by itself after its peer restarts.
 
 use std::collections::HashMap;
-use std::net::IpAddr;
 use std::sync::{Arc, Mutex};
 
 use openraft::error::{InstallSnapshotError, NetworkError, RPCError, RaftError, RemoteError, Unreachable};
@@ -20,33 +19,32 @@ use proto::raftpb;
 use proto::raftpb::raft_peer_client::RaftPeerClient;
 use serde::de::DeserializeOwned;
 use serde::Serialize;
-use tonic::transport::{Channel, Endpoint};
+use tonic::transport::Channel;
 
+use crate::dial::PeerDialer;
 use crate::storage::{decode, encode};
 use crate::typ::{MemberNode, NodeId, TypeConfig};
 
 /// Creates [`PeerClient`]s.
 #[derive(Clone, Debug, Default)]
 pub struct PeerNetwork {
-    /// Source address of outgoing peer connections.
-    pub local_ip: Option<IpAddr>,
+    dialer: PeerDialer,
     /// The channel to each peer URL, made on first use.
     channels: Arc<Mutex<HashMap<String, Channel>>>,
 }
 
 impl PeerNetwork {
-    pub fn new(local_ip: Option<IpAddr>) -> Self {
-        PeerNetwork { local_ip, channels: Arc::default() }
+    pub fn new(dialer: PeerDialer) -> Self {
+        PeerNetwork { dialer, channels: Arc::default() }
     }
 
-    /// The shared channel to `url`, or `None` when the URL does not parse.
+    /// The shared channel to `url`, or `None` when it cannot be dialled.
     fn channel(&self, url: &str) -> Option<Channel> {
         let mut channels = self.channels.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
         if let Some(channel) = channels.get(url) {
             return Some(channel.clone());
         }
-        let endpoint = Endpoint::from_shared(url.to_string()).ok()?.tcp_nodelay(true).local_address(self.local_ip);
-        let channel = endpoint.connect_lazy();
+        let channel = self.dialer.channel(url)?;
         channels.insert(url.to_string(), channel.clone());
         Some(channel)
     }

@@ -26,6 +26,7 @@ use tracing::{info, warn};
 use crate::authority::AuthorityFix;
 use crate::config::{socket_addr, Config};
 use crate::consensus::{request_timeout, RaftConsensus};
+use crate::dial::PeerDialer;
 use crate::election::ElectionClock;
 use crate::forward::Forwarder;
 use crate::group_commit::GroupCommit;
@@ -34,7 +35,7 @@ use crate::network::PeerNetwork;
 use crate::peer_service::PeerService;
 use crate::storage;
 use crate::typ::{NodeId, Raft};
-use crate::{bootstrap, lease_expiry};
+use crate::{bootstrap, lease_expiry, tls};
 
 /// gRPC accepts messages this much beyond `--max-request-bytes`, as etcd does, so that a request slightly
 /// over the limit reaches our own check and gets etcd's "request is too large"; beyond that the
@@ -49,8 +50,18 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> anyhow::
     let initial_cluster = config.initial_cluster()?;
     let client_addrs = addrs(&config.listen_client_urls)?;
     let peer_addrs = addrs(&config.listen_peer_urls)?;
+    // Certificates are read before anything else starts, so that a bad flag stops the member at once.
+    let client_tls =
+        config.listen_client_urls.iter().map(|url| config.tls.client_acceptor(url)).collect::<Result<Vec<_>, _>>()?;
+    let peer_tls = config
+        .listen_peer_urls
+        .iter()
+        .zip(&peer_addrs)
+        .map(|(url, addr)| config.tls.peer_acceptor(url, *addr))
+        .collect::<Result<Vec<_>, _>>()?;
     let own_peer_ip = config.initial_advertise_peer_urls.first().and_then(|u| socket_addr(u).ok()).map(|a| a.ip());
-    let forwarder = Forwarder::new(own_peer_ip);
+    let dialer = PeerDialer::new(own_peer_ip, peer_connector(&config)?);
+    let forwarder = Forwarder::new(dialer.clone());
 
     let member_dir = config.data_dir().join("member");
     std::fs::create_dir_all(&member_dir).with_context(|| format!("creating {}", member_dir.display()))?;
@@ -81,7 +92,7 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> anyhow::
     }
     .validate()
     .context("invalid Raft timing (heartbeat interval must be below the election timeout)")?;
-    let network = PeerNetwork::new(own_peer_ip);
+    let network = PeerNetwork::new(dialer);
     let raft = Raft::new(identity.member_id, Arc::new(raft_config), network, log_store, state_machine)
         .await
         .context("starting Raft")?;
@@ -164,22 +175,31 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> anyhow::
     let (stop_tx, stop_rx) = watch::channel(false);
     let mut servers = tokio::task::JoinSet::new();
     // Peers first: Raft needs them to elect a leader and to publish this member.
+    let hand_over = leader.clone();
     let peer = raftpb::raft_peer_server::RaftPeerServer::new(PeerService::new(leader))
         .max_decoding_message_size(usize::MAX)
         .max_encoding_message_size(usize::MAX);
-    for addr in peer_addrs {
+    for (addr, tls) in peer_addrs.into_iter().zip(peer_tls) {
         let listener = bind(addr).await?;
-        info!(%addr, "serving peer requests");
+        info!(%addr, tls = tls.is_some(), "serving peer requests");
         let router = tonic::transport::Server::builder().tcp_nodelay(true).add_service(peer.clone());
         let stop = stopped(stop_rx.clone());
-        let incoming = TcpListenerStream::new(listener).map(|conn| conn.and_then(no_delay));
-        servers.spawn(async move { router.serve_with_incoming_shutdown(incoming, stop).await });
+        match tls {
+            None => {
+                let incoming = TcpListenerStream::new(listener).map(|conn| conn.and_then(no_delay));
+                servers.spawn(async move { router.serve_with_incoming_shutdown(incoming, stop).await });
+            }
+            Some(acceptor) => {
+                let incoming = tls::accept(listener, acceptor);
+                servers.spawn(async move { router.serve_with_incoming_shutdown(incoming, stop).await });
+            }
+        }
     }
     tokio::spawn(clock.clone().run(forwarder));
 
     let mut client_listeners = Vec::new();
-    for addr in client_addrs {
-        client_listeners.push((addr, bind(addr).await?));
+    for (addr, tls) in client_addrs.into_iter().zip(client_tls) {
+        client_listeners.push((addr, bind(addr).await?, tls));
     }
     let removed = {
         let clock = clock.clone();
@@ -198,8 +218,8 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> anyhow::
         () = publish(consensus.clone(), raft.clone(), identity.member_id, config.clone()) => true,
     };
     if published {
-        for (addr, listener) in client_listeners {
-            info!(%addr, "serving client requests");
+        for (addr, listener, tls) in client_listeners {
+            info!(%addr, tls = tls.is_some(), "serving client requests");
             let router = tonic::transport::Server::builder()
                 .tcp_nodelay(true)
                 .layer(tonic::service::InterceptorLayer::new(require_leader.clone()))
@@ -210,8 +230,17 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> anyhow::
                 .add_service(MessageLimit::new(cluster.clone(), max_message))
                 .add_service(health.clone());
             let stop = stopped(stop_rx.clone());
-            let incoming = TcpListenerStream::new(listener).map(|conn| conn.and_then(no_delay).map(AuthorityFix::new));
-            servers.spawn(async move { router.serve_with_incoming_shutdown(incoming, stop).await });
+            match tls {
+                None => {
+                    let incoming =
+                        TcpListenerStream::new(listener).map(|conn| conn.and_then(no_delay).map(AuthorityFix::new));
+                    servers.spawn(async move { router.serve_with_incoming_shutdown(incoming, stop).await });
+                }
+                Some(acceptor) => {
+                    let incoming = tls::accept(listener, acceptor).map(|conn| conn.map(AuthorityFix::new));
+                    servers.spawn(async move { router.serve_with_incoming_shutdown(incoming, stop).await });
+                }
+            }
         }
     }
 
@@ -226,6 +255,14 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> anyhow::
             Some(result) = servers.join_next() => {
                 result.context("server task")?.context("server")?;
             }
+        }
+    }
+    // As etcd, a stopping leader first hands its leadership over, while it still serves.
+    if outcome.is_ok() {
+        match hand_over.hand_over_leadership().await {
+            Ok(Some(target)) => info!(target = format!("{target:x}"), "handed leadership over before stopping"),
+            Ok(None) => {}
+            Err(err) => warn!(%err, "could not hand leadership over before stopping"),
         }
     }
     // Watch streams never end on their own: end them so that the servers can drain.
@@ -249,6 +286,19 @@ async fn removed_from_cluster(raft: Raft, id: NodeId) {
 
 async fn bind(addr: SocketAddr) -> anyhow::Result<tokio::net::TcpListener> {
     tokio::net::TcpListener::bind(addr).await.with_context(|| format!("listening on {addr}"))
+}
+
+/// The TLS configuration this member dials peers with: needed when any peer URL it knows of is `https://`
+/// or peer certificates are given; `None` otherwise (reading the system's roots costs a few milliseconds).
+fn peer_connector(config: &Config) -> anyhow::Result<Option<Arc<rustls::ClientConfig>>> {
+    let tls = &config.tls;
+    let https_peers =
+        config.initial_cluster.split(',').any(|entry| entry.split_once('=').is_some_and(|(_, url)| tls::is_https(url)))
+            || config.initial_advertise_peer_urls.iter().any(|url| tls::is_https(url));
+    if https_peers || tls.peer_cert_file.is_some() || tls.peer_trusted_ca_file.is_some() {
+        return tls.peer_connector().map(Some);
+    }
+    Ok(None)
 }
 
 fn addrs(urls: &[String]) -> anyhow::Result<Vec<SocketAddr>> {

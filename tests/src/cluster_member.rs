@@ -171,6 +171,25 @@ impl ClusterMember {
         Ok(())
     }
 
+    /// Stops the process with SIGTERM, as an operator or systemd does, and waits for it to exit (SIGKILL
+    /// after `grace`). Returns whether it exited within `grace` with success.
+    pub async fn terminate(&mut self, grace: Duration) -> anyhow::Result<bool> {
+        let pid = self.pid().context("terminate: the member is not running")?;
+        send_signal(pid, "TERM")?;
+        let deadline = Instant::now() + grace;
+        loop {
+            if let Some(status) = self.child().as_mut().map(|c| c.try_wait()).transpose()?.flatten() {
+                self.child().take();
+                return Ok(status.success());
+            }
+            if Instant::now() > deadline {
+                self.kill9()?;
+                return Ok(false);
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+
     /// Kills the process if it runs, starts it again with the same flags on the same data dir and
     /// waits until it answers Status. It may still be catching up.
     pub async fn restart(&mut self) -> anyhow::Result<()> {

@@ -21,6 +21,7 @@
 //! - [`normalize`]: masks member-specific values (IDs, ports, terms, timings) so that the outputs of
 //!   two different servers can be compared line by line.
 //! - [`table`]: parses etcdctl's `-w table` output and checks its layout.
+//! - [`tls`]: test certificates (`openssl`) and a cluster with TLS on every URL.
 
 pub mod cluster;
 pub mod cluster_member;
@@ -32,6 +33,7 @@ pub mod normalize;
 mod process;
 pub mod server;
 pub mod table;
+pub mod tls;
 
 pub use cluster::{Cluster, ClusterConfig, Timing};
 pub use cluster_member::{ClusterMember, MemberStatus};

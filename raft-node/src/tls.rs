@@ -1,0 +1,359 @@
+//! TLS with etcd's flags: the `https://` client and peer listeners, and this member's connections to
+//! `https://` peers.
+//!
+//! The rules are etcd's:
+//! - an `https://` listen URL needs a certificate and key (`--cert-file`/`--key-file` for clients,
+//!   `--peer-cert-file`/`--peer-key-file` for peers), or the member does not start;
+//! - `--client-cert-auth` (`--peer-client-cert-auth`) makes the listener require a client certificate
+//!   signed by `--trusted-ca-file` (`--peer-trusted-ca-file`); without it no client certificate is asked
+//!   for, whatever CA file is given;
+//! - a member dials an `https://` peer presenting its peer certificate as client certificate, and
+//!   checks the peer's certificate against `--peer-trusted-ca-file` (the system roots when none is given)
+//!   and the host of the peer URL.
+//!
+//! Handshakes are done here (rustls), not by tonic: the client listener rewrites HTTP/2 header blocks
+//! ([`crate::authority`]), which must see the decrypted stream.
+
+use std::io;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{Context, Poll};
+use std::time::Duration;
+
+use anyhow::{bail, Context as _};
+use rustls::pki_types::pem::PemObject;
+use rustls::pki_types::{CertificateDer, PrivateKeyDer};
+use rustls::server::WebPkiClientVerifier;
+use rustls::{ClientConfig, RootCertStore, ServerConfig};
+use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::mpsc;
+use tokio_rustls::server::TlsStream;
+use tokio_rustls::TlsAcceptor;
+use tokio_stream::wrappers::ReceiverStream;
+use tonic::transport::server::Connected;
+use tracing::warn;
+
+/// How long a client may take to finish its TLS handshake before the connection is dropped.
+const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
+/// Handshaken connections waiting for the server to take them.
+const ACCEPT_QUEUE: usize = 64;
+
+/// etcd's TLS flags.
+#[derive(Clone, Debug, Default, clap::Args)]
+pub struct TlsFlags {
+    /// Path to the client server TLS cert file.
+    #[arg(long, env = "ETCD_CERT_FILE")]
+    pub cert_file: Option<PathBuf>,
+
+    /// Path to the client server TLS key file.
+    #[arg(long, env = "ETCD_KEY_FILE")]
+    pub key_file: Option<PathBuf>,
+
+    /// Enable client cert authentication.
+    #[arg(
+        long,
+        env = "ETCD_CLIENT_CERT_AUTH",
+        num_args = 0..=1,
+        default_value_t = false,
+        default_missing_value = "true",
+        action = clap::ArgAction::Set
+    )]
+    pub client_cert_auth: bool,
+
+    /// Path to the client server TLS trusted CA cert file.
+    #[arg(long, env = "ETCD_TRUSTED_CA_FILE")]
+    pub trusted_ca_file: Option<PathBuf>,
+
+    /// Path to the peer server TLS cert file.
+    #[arg(long, env = "ETCD_PEER_CERT_FILE")]
+    pub peer_cert_file: Option<PathBuf>,
+
+    /// Path to the peer server TLS key file.
+    #[arg(long, env = "ETCD_PEER_KEY_FILE")]
+    pub peer_key_file: Option<PathBuf>,
+
+    /// Enable peer client cert authentication.
+    #[arg(
+        long,
+        env = "ETCD_PEER_CLIENT_CERT_AUTH",
+        num_args = 0..=1,
+        default_value_t = false,
+        default_missing_value = "true",
+        action = clap::ArgAction::Set
+    )]
+    pub peer_client_cert_auth: bool,
+
+    /// Path to the peer server TLS trusted CA file.
+    #[arg(long, env = "ETCD_PEER_TRUSTED_CA_FILE")]
+    pub peer_trusted_ca_file: Option<PathBuf>,
+}
+
+/// The files of one side (clients or peers).
+#[derive(Clone, Copy, Debug)]
+pub struct TlsFiles<'a> {
+    cert: Option<&'a Path>,
+    key: Option<&'a Path>,
+    trusted_ca: Option<&'a Path>,
+    client_cert_auth: bool,
+}
+
+impl TlsFlags {
+    pub fn client(&self) -> TlsFiles<'_> {
+        TlsFiles {
+            cert: self.cert_file.as_deref(),
+            key: self.key_file.as_deref(),
+            trusted_ca: self.trusted_ca_file.as_deref(),
+            client_cert_auth: self.client_cert_auth,
+        }
+    }
+
+    pub fn peer(&self) -> TlsFiles<'_> {
+        TlsFiles {
+            cert: self.peer_cert_file.as_deref(),
+            key: self.peer_key_file.as_deref(),
+            trusted_ca: self.peer_trusted_ca_file.as_deref(),
+            client_cert_auth: self.peer_client_cert_auth,
+        }
+    }
+
+    /// The acceptor of the client listener at `url`: `None` for `http://`.
+    pub fn client_acceptor(&self, url: &str) -> anyhow::Result<Option<TlsAcceptor>> {
+        if !is_https(url) {
+            return Ok(None);
+        }
+        let Some((cert, key)) = self.client().cert_and_key() else {
+            bail!("TLS key/cert (--cert-file, --key-file) must be provided for client url {url} with HTTPS scheme");
+        };
+        // The client port serves plain HTTP next to gRPC (`/health`, `/version`, ...).
+        self.client().acceptor(cert, key, &[b"h2", b"http/1.1"]).map(Some)
+    }
+
+    /// The acceptor of the peer listener at `url` (which listens on `addr`): `None` for `http://`.
+    pub fn peer_acceptor(&self, url: &str, addr: SocketAddr) -> anyhow::Result<Option<TlsAcceptor>> {
+        if !is_https(url) {
+            return Ok(None);
+        }
+        let Some((cert, key)) = self.peer().cert_and_key() else {
+            bail!("cannot listen on TLS for {addr}: KeyFile and CertFile are not presented");
+        };
+        self.peer().acceptor(cert, key, &[b"h2"]).map(Some)
+    }
+
+    /// The configuration this member dials `https://` peers with.
+    pub fn peer_connector(&self) -> anyhow::Result<Arc<ClientConfig>> {
+        let files = self.peer();
+        let builder = ClientConfig::builder_with_provider(provider())
+            .with_safe_default_protocol_versions()
+            .context("TLS protocol versions")?
+            .with_root_certificates(files.roots()?);
+        let mut config = match files.cert_and_key() {
+            Some((cert, key)) => builder
+                .with_client_auth_cert(read_certs(cert)?, read_key(key)?)
+                .with_context(|| format!("peer certificate {}", cert.display()))?,
+            None => builder.with_no_client_auth(),
+        };
+        config.alpn_protocols = vec![b"h2".to_vec()];
+        Ok(Arc::new(config))
+    }
+}
+
+impl<'a> TlsFiles<'a> {
+    fn cert_and_key(self) -> Option<(&'a Path, &'a Path)> {
+        self.cert.zip(self.key)
+    }
+
+    fn acceptor(&self, cert: &Path, key: &Path, alpn: &[&[u8]]) -> anyhow::Result<TlsAcceptor> {
+        let builder = ServerConfig::builder_with_provider(provider())
+            .with_safe_default_protocol_versions()
+            .context("TLS protocol versions")?;
+        let builder = if self.client_cert_auth {
+            let verifier = WebPkiClientVerifier::builder_with_provider(Arc::new(self.roots()?), provider())
+                .build()
+                .context("the trusted CA file holds no usable certificate")?;
+            builder.with_client_cert_verifier(verifier)
+        } else {
+            builder.with_no_client_auth()
+        };
+        let mut config = builder
+            .with_single_cert(read_certs(cert)?, read_key(key)?)
+            .with_context(|| format!("certificate {} and key {}", cert.display(), key.display()))?;
+        config.alpn_protocols = alpn.iter().map(|p| p.to_vec()).collect();
+        Ok(TlsAcceptor::from(Arc::new(config)))
+    }
+
+    /// The trusted CA file's certificates, or the system's roots when none is given (as Go does).
+    fn roots(&self) -> anyhow::Result<RootCertStore> {
+        let mut roots = RootCertStore::empty();
+        match self.trusted_ca {
+            Some(path) => {
+                for cert in read_certs(path)? {
+                    roots.add(cert).with_context(|| format!("trusted CA file {}", path.display()))?;
+                }
+            }
+            None => {
+                for cert in rustls_native_certs::load_native_certs().certs {
+                    // A malformed system certificate is skipped, as Go skips it.
+                    let _ = roots.add(cert);
+                }
+            }
+        }
+        Ok(roots)
+    }
+}
+
+fn provider() -> Arc<rustls::crypto::CryptoProvider> {
+    Arc::new(rustls::crypto::ring::default_provider())
+}
+
+pub fn is_https(url: &str) -> bool {
+    url.trim().starts_with("https://")
+}
+
+fn read_certs(path: &Path) -> anyhow::Result<Vec<CertificateDer<'static>>> {
+    let certs: Vec<_> = CertificateDer::pem_file_iter(path)
+        .and_then(|iter| iter.collect::<Result<_, _>>())
+        .with_context(|| format!("reading certificates from {}", path.display()))?;
+    if certs.is_empty() {
+        bail!("no certificate found in {}", path.display());
+    }
+    Ok(certs)
+}
+
+fn read_key(path: &Path) -> anyhow::Result<PrivateKeyDer<'static>> {
+    PrivateKeyDer::from_pem_file(path).with_context(|| format!("reading a private key from {}", path.display()))
+}
+
+/// The connections of an `https://` listener, each once its handshake is done. Every handshake runs in a
+/// task of its own, so a slow or silent client never holds up the next one; a failed one is logged (etcd
+/// logs "rejected connection") and dropped. The accept loop ends when the stream is dropped.
+pub fn accept(listener: TcpListener, acceptor: TlsAcceptor) -> ReceiverStream<io::Result<TlsConn>> {
+    let (tx, rx) = mpsc::channel(ACCEPT_QUEUE);
+    tokio::spawn(async move {
+        loop {
+            let accepted = tokio::select! {
+                () = tx.closed() => return,
+                accepted = listener.accept() => accepted,
+            };
+            let (tcp, remote) = match accepted {
+                Ok(accepted) => accepted,
+                Err(err) => {
+                    // Out of file descriptors and the like: pause rather than spin.
+                    warn!(%err, "accepting a connection");
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                    continue;
+                }
+            };
+            let (acceptor, tx) = (acceptor.clone(), tx.clone());
+            tokio::spawn(async move {
+                if let Err(err) = tcp.set_nodelay(true) {
+                    warn!(%remote, %err, "setting TCP_NODELAY");
+                }
+                match tokio::time::timeout(HANDSHAKE_TIMEOUT, acceptor.accept(tcp)).await {
+                    Ok(Ok(stream)) => {
+                        let _ = tx.send(Ok(TlsConn(stream))).await;
+                    }
+                    Ok(Err(err)) => warn!(%remote, %err, "rejected connection"),
+                    Err(_) => warn!(%remote, "rejected connection: TLS handshake timed out"),
+                }
+            });
+        }
+    });
+    ReceiverStream::new(rx)
+}
+
+/// An accepted TLS connection, as tonic's server takes it.
+pub struct TlsConn(TlsStream<TcpStream>);
+
+impl Connected for TlsConn {
+    type ConnectInfo = <TcpStream as Connected>::ConnectInfo;
+
+    fn connect_info(&self) -> Self::ConnectInfo {
+        self.0.get_ref().0.connect_info()
+    }
+}
+
+impl AsyncRead for TlsConn {
+    fn poll_read(mut self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &mut ReadBuf<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.0).poll_read(cx, buf)
+    }
+}
+
+impl AsyncWrite for TlsConn {
+    fn poll_write(mut self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &[u8]) -> Poll<io::Result<usize>> {
+        Pin::new(&mut self.0).poll_write(cx, buf)
+    }
+
+    fn poll_write_vectored(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        bufs: &[io::IoSlice<'_>],
+    ) -> Poll<io::Result<usize>> {
+        Pin::new(&mut self.0).poll_write_vectored(cx, bufs)
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        self.0.is_write_vectored()
+    }
+
+    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.0).poll_flush(cx)
+    }
+
+    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.0).poll_shutdown(cx)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use clap::Parser;
+
+    use super::*;
+
+    #[derive(Parser)]
+    struct Flags {
+        #[command(flatten)]
+        tls: TlsFlags,
+    }
+
+    fn parse(args: &[&str]) -> TlsFlags {
+        Flags::try_parse_from(std::iter::once("raft-node").chain(args.iter().copied())).expect("valid flags").tls
+    }
+
+    #[test]
+    fn bool_flags_take_etcds_forms() {
+        assert!(!parse(&[]).client_cert_auth);
+        assert!(parse(&["--client-cert-auth"]).client_cert_auth);
+        assert!(parse(&["--client-cert-auth=true"]).client_cert_auth);
+        assert!(!parse(&["--client-cert-auth=false"]).client_cert_auth);
+        assert!(parse(&["--peer-client-cert-auth"]).peer_client_cert_auth);
+    }
+
+    #[test]
+    fn https_listeners_need_a_certificate_and_key_as_in_etcd() {
+        let flags = parse(&[]);
+        assert!(flags.client_acceptor("http://127.0.0.1:2379").expect("plain").is_none());
+        let err = flags.client_acceptor("https://127.0.0.1:2379").err().expect("refused").to_string();
+        assert_eq!(
+            err,
+            "TLS key/cert (--cert-file, --key-file) must be provided for client url https://127.0.0.1:2379 with \
+             HTTPS scheme"
+        );
+        let addr: SocketAddr = "127.0.0.1:2380".parse().expect("addr");
+        let err = flags.peer_acceptor("https://127.0.0.1:2380", addr).err().expect("refused").to_string();
+        assert_eq!(err, "cannot listen on TLS for 127.0.0.1:2380: KeyFile and CertFile are not presented");
+        // A key without its certificate is no pair either.
+        let flags = parse(&["--key-file=/nonexistent.key"]);
+        assert!(flags.client_acceptor("https://127.0.0.1:2379").is_err());
+    }
+
+    #[test]
+    fn missing_files_are_named_in_the_error() {
+        let flags = parse(&["--cert-file=/nonexistent/server.crt", "--key-file=/nonexistent/server.key"]);
+        let err = format!("{:#}", flags.client_acceptor("https://127.0.0.1:2379").err().expect("refused"));
+        assert!(err.contains("/nonexistent/server.crt"), "{err}");
+    }
+}
