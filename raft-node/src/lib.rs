@@ -10,6 +10,7 @@
 //! - [`storage`]: the sled log store, the sled [`kv_api::Backend`] and the state machine (with snapshots).
 //! - [`network`]: outbound Raft RPC to peers (tonic, `raftpb`).
 //! - [`peer_service`]: inbound Raft RPC from peers.
+//! - [`probe`]: timing round trips to every peer, as etcd's prober.
 //! - [`election`]: elections on a logical clock with pre-vote, as etcd.
 //! - [`group_commit`]: many clients' writes proposed in one log entry.
 //! - [`leader`]: what only the leader does (writes, read index, membership, leadership transfer).
@@ -17,6 +18,9 @@
 //! - [`read_index`]: read index rounds shared by many linearizable reads.
 //! - [`consensus`]: [`kv_api::Consensus`] on openraft: local on the leader, forwarded elsewhere.
 //! - [`authority`]: accepting the `:authority` etcdctl sends when it dials a member by URL.
+//! - [`http`]: HTTP on the client port beside gRPC: `/health`, `/version`, `/metrics`.
+//! - [`metrics`]: etcd's Prometheus metrics, counted where things happen, and their text exposition.
+//! - [`grpc_metrics`]: the gRPC started/handled counters, a layer around the client services.
 //! - [`lease_expiry`]: the leader's lease expiry loop.
 //! - [`logging`]: the binaries' tracing subscriber.
 //! - [`server`]: starting a member and serving the etcd gRPC services.
@@ -28,13 +32,17 @@ pub mod consensus;
 pub mod election;
 pub mod forward;
 pub mod group_commit;
+pub mod grpc_metrics;
+pub mod http;
 pub mod identity;
 pub mod leader;
 pub mod lease_expiry;
 pub mod logging;
 pub mod member_id;
+pub mod metrics;
 pub mod network;
 pub mod peer_service;
+pub mod probe;
 pub mod read_index;
 pub mod server;
 pub mod storage;
