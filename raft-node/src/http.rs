@@ -1,5 +1,5 @@
-//! HTTP on the client port, beside gRPC on the same listener, as etcd serves it: `/health`, `/version`
-//! and `/metrics`.
+//! HTTP on the client port, beside gRPC on the same listener, as etcd serves it: `/health`, `/version`,
+//! `/metrics`, and the gRPC gateway's `/v3/...` JSON API ([`crate::gateway`]).
 //!
 //! [`HttpLayer`] sits outermost around the client gRPC services: a request that is HTTP/2 with a gRPC
 //! content type goes on to tonic (etcd's own test for gRPC), anything else (HTTP/1.1, or HTTP/2 without
@@ -22,6 +22,7 @@ use proto::etcdserverpb as pb;
 use tonic::body::Body;
 
 use crate::consensus::RaftConsensus;
+use crate::gateway;
 use crate::metrics::{metrics, MemberView, ProcessView};
 use crate::typ::Raft;
 
@@ -41,7 +42,7 @@ pub struct Endpoints {
 impl Endpoints {
     async fn answer(&self, request: Request<Body>) -> Response<Body> {
         let get = request.method() == Method::GET;
-        let mut response = match request.uri().path() {
+        match request.uri().path() {
             "/health" if !get => method_not_allowed(),
             "/health" => self.health().await,
             "/version" if !get => method_not_allowed(),
@@ -49,12 +50,7 @@ impl Endpoints {
             // Go's promhttp handler answers any method.
             "/metrics" => with_type(StatusCode::OK, "text/plain; version=0.0.4; charset=utf-8", self.metrics().await),
             _ => plain_error(StatusCode::NOT_FOUND, "404 page not found"),
-        };
-        let headers = response.headers_mut();
-        headers.insert("access-control-allow-headers", HeaderValue::from_static("accept, content-type, authorization"));
-        headers.insert("access-control-allow-methods", HeaderValue::from_static("POST, GET, OPTIONS, PUT, DELETE"));
-        headers.insert("access-control-allow-origin", HeaderValue::from_static("*"));
-        response
+        }
     }
 
     /// etcd 3.4.23's `checkHealth`: unhealthy with an active alarm, without a leader, or when a read
@@ -118,6 +114,15 @@ impl Endpoints {
     }
 }
 
+/// etcd adds these to every HTTP answer on the client port.
+fn cors(mut response: Response<Body>) -> Response<Body> {
+    let headers = response.headers_mut();
+    headers.insert("access-control-allow-headers", HeaderValue::from_static("accept, content-type, authorization"));
+    headers.insert("access-control-allow-methods", HeaderValue::from_static("POST, GET, OPTIONS, PUT, DELETE"));
+    headers.insert("access-control-allow-origin", HeaderValue::from_static("*"));
+    response
+}
+
 fn with_type(status: StatusCode, content_type: &'static str, body: String) -> Response<Body> {
     let mut response = Response::new(Body::new(body));
     *response.status_mut() = status;
@@ -178,7 +183,7 @@ type BoxFuture<T> = Pin<Box<dyn Future<Output = T> + Send>>;
 
 impl<S, B> tower_service::Service<Request<Body>> for HttpRouter<S>
 where
-    S: tower_service::Service<Request<Body>, Response = Response<B>>,
+    S: tower_service::Service<Request<Body>, Response = Response<B>> + Clone + Send + 'static,
     S::Future: Send + 'static,
     B: http_body::Body<Data = Bytes> + Send + 'static,
     B::Error: Into<tonic::codegen::StdError>,
@@ -197,6 +202,10 @@ where
             return Box::pin(async move { Ok(answer.await?.map(Body::new)) });
         }
         let endpoints = self.endpoints.clone();
-        Box::pin(async move { Ok(endpoints.answer(request).await) })
+        if let Some(method) = gateway::route(request.uri().path()) {
+            let grpc = self.inner.clone();
+            return Box::pin(async move { Ok(cors(gateway::call(grpc, method, request).await)) });
+        }
+        Box::pin(async move { Ok(cors(endpoints.answer(request).await)) })
     }
 }

@@ -19,6 +19,7 @@
 //! - [`consensus`]: [`kv_api::Consensus`] on openraft: local on the leader, forwarded elsewhere.
 //! - [`authority`]: accepting the `:authority` etcdctl sends when it dials a member by URL.
 //! - [`http`]: HTTP on the client port beside gRPC: `/health`, `/version`, `/metrics`.
+//! - [`gateway`]: etcd's gRPC gateway, the unary RPCs as JSON under `/v3/`.
 //! - [`metrics`]: etcd's Prometheus metrics, counted where things happen, and their text exposition.
 //! - [`grpc_metrics`]: the gRPC started/handled counters, a layer around the client services.
 //! - [`lease_expiry`]: the leader's lease expiry loop.
@@ -31,6 +32,7 @@ pub mod config;
 pub mod consensus;
 pub mod election;
 pub mod forward;
+pub mod gateway;
 pub mod group_commit;
 pub mod grpc_metrics;
 pub mod http;

@@ -194,3 +194,40 @@ async fn metrics_count_what_the_cluster_does() -> anyhow::Result<()> {
     .await?;
     Ok(())
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn gateway_puts_and_ranges_in_etcds_json() -> anyhow::Result<()> {
+    let cluster = Cluster::start(3).await?;
+    cluster.leader().await?;
+    let (first, second) = (cluster.member(0).client_url(), cluster.member(1).client_url());
+
+    // Keys and values in base64 ("gw/a" = "Z3cvYQ==", "1" = "MQ=="), 64-bit numbers as strings.
+    let put = http::request(&first, "POST", "/v3/kv/put", Some(r#"{"key":"Z3cvYQ==","value":"MQ=="}"#)).await?;
+    assert_eq!((put.status, put.header("content-type")), (200, Some("application/json")), "{}", put.body);
+    let put: serde_json::Value = serde_json::from_str(&put.body)?;
+    let revision = put["header"]["revision"].as_str().context("the revision, as a string")?.to_string();
+    assert!(put.get("prev_kv").is_none(), "fields at their default are left out: {put}");
+    let got = cluster.member(1).client().await?.get("gw/a", None).await?;
+    assert_eq!(got.kvs().first().map(|kv| kv.value()), Some(&b"1"[..]), "the gateway's put is a real one");
+
+    let range = http::request(&second, "POST", "/v3/kv/range", Some(r#"{"key":"Z3cv","range_end":"Z3cw"}"#)).await?;
+    assert_eq!(range.status, 200, "{}", range.body);
+    let range: serde_json::Value = serde_json::from_str(&range.body)?;
+    let want = serde_json::json!([{
+        "key": "Z3cvYQ==", "create_revision": revision, "mod_revision": revision, "version": "1", "value": "MQ=="
+    }]);
+    assert_eq!((&range["kvs"], &range["count"]), (&want, &serde_json::json!("1")));
+    assert_eq!(range["header"]["revision"], serde_json::json!(revision));
+
+    let deleted =
+        http::request(&second, "POST", "/v3/kv/deleterange", Some(r#"{"key":"Z3cvYQ==","prev_kv":true}"#)).await?;
+    let deleted: serde_json::Value = serde_json::from_str(&deleted.body)?;
+    assert_eq!((&deleted["deleted"], &deleted["prev_kvs"]), (&serde_json::json!("1"), &want));
+
+    // A gRPC error becomes grpc-gateway's error body, with the HTTP status of its code.
+    let refused = http::request(&first, "POST", "/v3/kv/range", Some(r#"{"key":""}"#)).await?;
+    assert_eq!(refused.status, 400);
+    let message = "etcdserver: key is not provided";
+    assert_eq!(refused.body, format!(r#"{{"error":"{message}","message":"{message}","code":3}}"#));
+    Ok(())
+}
