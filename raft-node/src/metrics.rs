@@ -197,111 +197,127 @@ impl ProcessView {
 /// The text exposition (format 0.0.4), families in name order as Go's client writes them.
 pub fn render(view: &MemberView) -> String {
     let m = metrics();
-    let mut out = Exposition::default();
     let flag = |b: bool| if b { 1.0 } else { 0.0 };
     let load = |c: &AtomicU64| c.load(Ordering::Relaxed) as f64;
-
-    out.single(
-        "etcd_server_has_leader",
-        "Whether or not a leader exists. 1 is existence, 0 is not.",
-        GAUGE,
-        flag(view.has_leader),
-    );
-    out.single(
-        "etcd_server_is_leader",
-        "Whether or not this member is a leader. 1 if is, 0 otherwise.",
-        GAUGE,
-        flag(view.is_leader),
-    );
-    out.single(
-        "etcd_server_is_learner",
-        "Whether or not this member is a learner. 1 if is, 0 otherwise.",
-        GAUGE,
-        flag(view.is_learner),
-    );
-    out.single(
-        "etcd_server_leader_changes_seen_total",
-        "The number of leader changes seen.",
-        COUNTER,
-        load(&m.leader_changes),
-    );
-    out.single(
-        "etcd_server_proposals_committed_total",
-        "The total number of consensus proposals committed.",
-        GAUGE,
-        load(&m.proposals_committed),
-    );
-    out.single(
-        "etcd_server_proposals_applied_total",
-        "The total number of consensus proposals applied.",
-        GAUGE,
-        view.applied_index as f64,
-    );
-    out.single(
-        "etcd_server_proposals_pending",
-        "The current number of pending proposals to commit.",
-        GAUGE,
-        m.proposals_pending.load(Ordering::Relaxed) as f64,
-    );
-    out.single(
-        "etcd_server_proposals_failed_total",
-        "The total number of failed proposals seen.",
-        COUNTER,
-        load(&m.proposals_failed),
-    );
-    out.single(
-        "etcd_server_health_success",
-        "The total number of successful health checks",
-        COUNTER,
-        load(&m.health_success),
-    );
-    out.single(
-        "etcd_server_health_failures",
-        "The total number of failed health checks",
-        COUNTER,
-        load(&m.health_failures),
-    );
-    let id = format!("{:x}", view.member_id);
-    out.labelled(
-        "etcd_server_id",
-        "Server or member ID in hexadecimal format. 1 for 'server_id' label with current ID.",
-        GAUGE,
-        &[(&[("server_id", &id)], 1.0)],
-    );
-    out.labelled(
-        "etcd_server_version",
-        "Which version is running. 1 for 'server_version' label with current version.",
-        GAUGE,
-        &[(&[("server_version", &view.server_version)], 1.0)],
-    );
-    let cluster_version = major_minor(&view.server_version);
-    out.labelled(
-        "etcd_cluster_version",
-        "Which version is running. 1 for 'cluster_version' label with current cluster version",
-        GAUGE,
-        &[(&[("cluster_version", cluster_version)], 1.0)],
-    );
-
     let db_size = view.db_size as f64;
     let physical = "Total size of the underlying database physically allocated in bytes.";
-    out.single("etcd_mvcc_db_total_size_in_bytes", physical, GAUGE, db_size);
-    out.single("etcd_debugging_mvcc_db_total_size_in_bytes", physical, GAUGE, db_size);
-    // sled does not tell its live bytes apart from its allocated ones (Maintenance.Status says the same).
-    let in_use = "Total size of the underlying database logically in use in bytes.";
-    out.single("etcd_mvcc_db_total_size_in_use_in_bytes", in_use, GAUGE, db_size);
-    out.single("etcd_debugging_mvcc_keys_total", "Total number of keys.", GAUGE, view.keys as f64);
-    out.single(
-        "etcd_debugging_mvcc_current_revision",
-        "The current revision of store.",
-        GAUGE,
-        view.current_revision as f64,
-    );
-    out.single(
-        "etcd_debugging_mvcc_compact_revision",
-        "The revision of the last compaction in store.",
-        GAUGE,
-        view.compact_revision as f64,
-    );
+    let p = &view.process;
+    // Families of one unlabelled sample: name, HELP, type, value.
+    let singles = [
+        (
+            "etcd_server_has_leader",
+            "Whether or not a leader exists. 1 is existence, 0 is not.",
+            GAUGE,
+            flag(view.has_leader),
+        ),
+        (
+            "etcd_server_is_leader",
+            "Whether or not this member is a leader. 1 if is, 0 otherwise.",
+            GAUGE,
+            flag(view.is_leader),
+        ),
+        (
+            "etcd_server_is_learner",
+            "Whether or not this member is a learner. 1 if is, 0 otherwise.",
+            GAUGE,
+            flag(view.is_learner),
+        ),
+        (
+            "etcd_server_leader_changes_seen_total",
+            "The number of leader changes seen.",
+            COUNTER,
+            load(&m.leader_changes),
+        ),
+        (
+            "etcd_server_proposals_committed_total",
+            "The total number of consensus proposals committed.",
+            GAUGE,
+            load(&m.proposals_committed),
+        ),
+        (
+            "etcd_server_proposals_applied_total",
+            "The total number of consensus proposals applied.",
+            GAUGE,
+            view.applied_index as f64,
+        ),
+        (
+            "etcd_server_proposals_pending",
+            "The current number of pending proposals to commit.",
+            GAUGE,
+            m.proposals_pending.load(Ordering::Relaxed) as f64,
+        ),
+        (
+            "etcd_server_proposals_failed_total",
+            "The total number of failed proposals seen.",
+            COUNTER,
+            load(&m.proposals_failed),
+        ),
+        (
+            "etcd_server_health_success",
+            "The total number of successful health checks",
+            COUNTER,
+            load(&m.health_success),
+        ),
+        ("etcd_server_health_failures", "The total number of failed health checks", COUNTER, load(&m.health_failures)),
+        ("etcd_mvcc_db_total_size_in_bytes", physical, GAUGE, db_size),
+        ("etcd_debugging_mvcc_db_total_size_in_bytes", physical, GAUGE, db_size),
+        // sled does not tell its live bytes apart from its allocated ones (Maintenance.Status says the same).
+        (
+            "etcd_mvcc_db_total_size_in_use_in_bytes",
+            "Total size of the underlying database logically in use in bytes.",
+            GAUGE,
+            db_size,
+        ),
+        ("etcd_debugging_mvcc_keys_total", "Total number of keys.", GAUGE, view.keys as f64),
+        ("etcd_debugging_mvcc_current_revision", "The current revision of store.", GAUGE, view.current_revision as f64),
+        (
+            "etcd_debugging_mvcc_compact_revision",
+            "The revision of the last compaction in store.",
+            GAUGE,
+            view.compact_revision as f64,
+        ),
+        ("process_cpu_seconds_total", "Total user and system CPU time spent in seconds.", COUNTER, p.cpu_seconds),
+        ("process_max_fds", "Maximum number of open file descriptors.", GAUGE, p.max_fds),
+        ("process_open_fds", "Number of open file descriptors.", GAUGE, p.open_fds),
+        ("process_resident_memory_bytes", "Resident memory size in bytes.", GAUGE, p.resident_bytes),
+        (
+            "process_start_time_seconds",
+            "Start time of the process since unix epoch in seconds.",
+            GAUGE,
+            p.start_time_seconds,
+        ),
+        ("process_virtual_memory_bytes", "Virtual memory size in bytes.", GAUGE, p.virtual_bytes),
+    ];
+    let mut out = Exposition::default();
+    for (name, help, kind, value) in singles {
+        out.labelled(name, help, kind, &[(&[], value)]);
+    }
+
+    // Families of one sample labelled with a value, as etcd's info gauges.
+    let id = format!("{:x}", view.member_id);
+    let infos = [
+        (
+            "etcd_server_id",
+            "Server or member ID in hexadecimal format. 1 for 'server_id' label with current ID.",
+            "server_id",
+            id.as_str(),
+        ),
+        (
+            "etcd_server_version",
+            "Which version is running. 1 for 'server_version' label with current version.",
+            "server_version",
+            &view.server_version,
+        ),
+        (
+            "etcd_cluster_version",
+            "Which version is running. 1 for 'cluster_version' label with current cluster version",
+            "cluster_version",
+            major_minor(&view.server_version),
+        ),
+    ];
+    for (name, help, label, value) in infos {
+        out.labelled(name, help, GAUGE, &[(&[(label, value)], 1.0)]);
+    }
 
     out.histograms(
         "etcd_disk_wal_fsync_duration_seconds",
@@ -323,19 +339,6 @@ pub fn render(view: &MemberView) -> String {
     }
 
     m.grpc.render(&mut out);
-
-    let p = &view.process;
-    out.single("process_cpu_seconds_total", "Total user and system CPU time spent in seconds.", COUNTER, p.cpu_seconds);
-    out.single("process_max_fds", "Maximum number of open file descriptors.", GAUGE, p.max_fds);
-    out.single("process_open_fds", "Number of open file descriptors.", GAUGE, p.open_fds);
-    out.single("process_resident_memory_bytes", "Resident memory size in bytes.", GAUGE, p.resident_bytes);
-    out.single(
-        "process_start_time_seconds",
-        "Start time of the process since unix epoch in seconds.",
-        GAUGE,
-        p.start_time_seconds,
-    );
-    out.single("process_virtual_memory_bytes", "Virtual memory size in bytes.", GAUGE, p.virtual_bytes);
     out.finish()
 }
 
@@ -365,10 +368,6 @@ impl Exposition {
         let _ = writeln!(text, "# HELP {name} {}", help.replace('\\', r"\\").replace('\n', r"\n"));
         let _ = writeln!(text, "# TYPE {name} {kind}");
         text
-    }
-
-    fn single(&mut self, name: &'static str, help: &str, kind: &str, value: f64) {
-        self.labelled(name, help, kind, &[(&[], value)]);
     }
 
     pub(crate) fn labelled(&mut self, name: &'static str, help: &str, kind: &str, series: &[(Labels<'_>, f64)]) {
