@@ -17,6 +17,8 @@ use std::task::{Context, Poll};
 use bytes::{Buf, BufMut, BytesMut};
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 
+/// HTTP/2's connection preface.
+const PREFACE: &[u8; PREFACE_LEN] = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
 const PREFACE_LEN: usize = 24;
 const FRAME_HEADER_LEN: usize = 9;
 const TYPE_HEADERS: u8 = 0x1;
@@ -62,8 +64,19 @@ impl Rewriter {
 
     /// Moves every complete unit of `input` (preface bytes, whole frames) to `output`, rewritten as needed.
     fn process(&mut self, input: &mut BytesMut, output: &mut BytesMut) -> io::Result<()> {
+        if self.passthrough {
+            output.extend_from_slice(&input.split());
+            return Ok(());
+        }
         if self.preface_left > 0 {
             let n = self.preface_left.min(input.len());
+            let seen = PREFACE_LEN - self.preface_left;
+            if input[..n] != PREFACE[seen..seen + n] {
+                // Not HTTP/2 (an HTTP/1.1 request for /health, /metrics, ...): nothing to rewrite.
+                self.passthrough = true;
+                output.extend_from_slice(&input.split());
+                return Ok(());
+            }
             output.extend_from_slice(&input.split_to(n));
             self.preface_left -= n;
             if self.preface_left > 0 {
@@ -316,8 +329,6 @@ impl<T: tonic::transport::server::Connected> tonic::transport::server::Connected
 mod tests {
     use super::*;
 
-    const PREFACE: &[u8] = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
-
     fn frame(kind: u8, flags: u8, stream: u32, payload: &[u8]) -> Vec<u8> {
         let mut out = Vec::new();
         out.extend_from_slice(&(payload.len() as u32).to_be_bytes()[1..]);
@@ -405,6 +416,19 @@ mod tests {
         rewriter.process(&mut raw, &mut out).expect("valid input");
         assert_eq!(&out[..], &input[..]);
         assert!(rewriter.passthrough, "a connection without a schemed authority is no longer parsed");
+    }
+
+    #[test]
+    fn http1_requests_pass_through_even_in_small_pieces() {
+        let request = b"GET /health HTTP/1.1\r\nHost: x\r\n\r\n";
+        let mut rewriter = Rewriter::new();
+        let mut out = BytesMut::new();
+        for piece in request.chunks(3) {
+            let mut raw = BytesMut::from(piece);
+            rewriter.process(&mut raw, &mut out).expect("passed through");
+            assert!(raw.is_empty(), "nothing is held back");
+        }
+        assert_eq!(&out[..], &request[..]);
     }
 
     #[test]

@@ -2,6 +2,7 @@
 //! locally when this member leads, and is forwarded to the leader otherwise; a forwarded write or read
 //! index is answered once this member has applied up to it, so a later local read sees it.
 
+use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use kv_api::{Command, CommandResponse, Error, RaftStatus};
@@ -10,6 +11,7 @@ use proto::etcdserverpb as pb;
 use tokio::time::Instant;
 
 use crate::leader::{members, wait_applied, Leader, LeaderReply, LeaderRequest};
+use crate::metrics::{metrics, PendingProposal};
 use crate::read_index::ReadRounds;
 use crate::typ::{NodeId, Raft};
 
@@ -145,9 +147,16 @@ fn unexpected(reply: &LeaderReply) -> Error {
 
 impl kv_api::Consensus for RaftConsensus {
     async fn propose(&self, cmd: Command) -> kv_api::Result<CommandResponse> {
-        match self.on_leader(LeaderRequest::Write(cmd)).await? {
+        let _pending = PendingProposal::start();
+        // As etcd, a proposal fails when it never gets applied here (no leader, timeout, stop), not when
+        // apply answers with an error.
+        let failed = |err| {
+            metrics().proposals_failed.fetch_add(1, Ordering::Relaxed);
+            err
+        };
+        match self.on_leader(LeaderRequest::Write(cmd)).await.map_err(failed)? {
             LeaderReply::Written { index, applied } => {
-                self.wait_applied(index).await?;
+                self.wait_applied(index).await.map_err(failed)?;
                 applied
             }
             other => Err(unexpected(&other)),

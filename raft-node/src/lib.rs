@@ -11,6 +11,7 @@
 //! - [`dial`]: how this member dials its peers (own peer IP, TLS for `https://`).
 //! - [`network`]: outbound Raft RPC to peers (tonic, `raftpb`).
 //! - [`peer_service`]: inbound Raft RPC from peers.
+//! - [`probe`]: timing round trips to every peer, as etcd's prober.
 //! - [`election`]: elections on a logical clock with pre-vote, as etcd.
 //! - [`group_commit`]: many clients' writes proposed in one log entry.
 //! - [`leader`]: what only the leader does (writes, read index, membership, leadership transfer).
@@ -19,6 +20,10 @@
 //! - [`consensus`]: [`kv_api::Consensus`] on openraft: local on the leader, forwarded elsewhere.
 //! - [`tls`]: etcd's TLS flags; `https://` client and peer listeners.
 //! - [`authority`]: accepting the `:authority` etcdctl sends when it dials a member by URL.
+//! - [`http`]: HTTP on the client port beside gRPC: `/health`, `/version`, `/metrics`.
+//! - [`gateway`]: etcd's gRPC gateway, the unary RPCs as JSON under `/v3/`.
+//! - [`metrics`]: etcd's Prometheus metrics, counted where things happen, and their text exposition.
+//! - [`grpc_metrics`]: the gRPC started/handled counters, a layer around the client services.
 //! - [`lease_expiry`]: the leader's lease expiry loop.
 //! - [`logging`]: the binaries' tracing subscriber.
 //! - [`server`]: starting a member and serving the etcd gRPC services.
@@ -30,14 +35,19 @@ pub mod consensus;
 pub mod dial;
 pub mod election;
 pub mod forward;
+pub mod gateway;
 pub mod group_commit;
+pub mod grpc_metrics;
+pub mod http;
 pub mod identity;
 pub mod leader;
 pub mod lease_expiry;
 pub mod logging;
 pub mod member_id;
+pub mod metrics;
 pub mod network;
 pub mod peer_service;
+pub mod probe;
 pub mod read_index;
 pub mod server;
 pub mod storage;

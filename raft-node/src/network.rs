@@ -39,7 +39,7 @@ impl PeerNetwork {
     }
 
     /// The shared channel to `url`, or `None` when it cannot be dialled.
-    fn channel(&self, url: &str) -> Option<Channel> {
+    pub(crate) fn channel(&self, url: &str) -> Option<Channel> {
         let mut channels = self.channels.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
         if let Some(channel) = channels.get(url) {
             return Some(channel.clone());

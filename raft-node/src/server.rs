@@ -30,12 +30,14 @@ use crate::dial::PeerDialer;
 use crate::election::ElectionClock;
 use crate::forward::Forwarder;
 use crate::group_commit::GroupCommit;
+use crate::grpc_metrics::GrpcMetricsLayer;
+use crate::http::{Endpoints, HttpLayer};
 use crate::leader::{Leader, LeaderRequest};
 use crate::network::PeerNetwork;
 use crate::peer_service::PeerService;
 use crate::storage;
 use crate::typ::{NodeId, Raft};
-use crate::{bootstrap, lease_expiry, tls};
+use crate::{bootstrap, lease_expiry, metrics, probe, tls};
 
 /// gRPC accepts messages this much beyond `--max-request-bytes`, as etcd does, so that a request slightly
 /// over the limit reaches our own check and gets etcd's "request is too large"; beyond that the
@@ -93,7 +95,7 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> anyhow::
     .validate()
     .context("invalid Raft timing (heartbeat interval must be below the election timeout)")?;
     let network = PeerNetwork::new(dialer);
-    let raft = Raft::new(identity.member_id, Arc::new(raft_config), network, log_store, state_machine)
+    let raft = Raft::new(identity.member_id, Arc::new(raft_config), network.clone(), log_store, state_machine)
         .await
         .context("starting Raft")?;
     // Elections run on the logical clock of `election` (openraft's wall-clock timer is switched off).
@@ -171,6 +173,15 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> anyhow::
     let cluster = pb::cluster_server::ClusterServer::new(ClusterService::new(consensus.clone()))
         .max_decoding_message_size(usize::MAX);
     let (_health_reporter, health) = tonic_health::server::health_reporter();
+    let http = HttpLayer::new(Endpoints {
+        consensus: consensus.clone(),
+        raft: raft.clone(),
+        store: store.clone(),
+        member_id: identity.member_id,
+        version: config.emulated_version.clone(),
+    });
+    tokio::spawn(metrics::count_leader_changes(raft.clone()));
+    tokio::spawn(probe::probe_peers(network, raft.clone(), identity.member_id));
 
     let (stop_tx, stop_rx) = watch::channel(false);
     let mut servers = tokio::task::JoinSet::new();
@@ -182,7 +193,9 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> anyhow::
     for (addr, tls) in peer_addrs.into_iter().zip(peer_tls) {
         let listener = bind(addr).await?;
         info!(%addr, tls = tls.is_some(), "serving peer requests");
-        let router = tonic::transport::Server::builder().tcp_nodelay(true).add_service(peer.clone());
+        // The health service answers the other members' round-trip probes.
+        let router =
+            tonic::transport::Server::builder().tcp_nodelay(true).add_service(peer.clone()).add_service(health.clone());
         let stop = stopped(stop_rx.clone());
         match tls {
             None => {
@@ -222,7 +235,11 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> anyhow::
             info!(%addr, tls = tls.is_some(), "serving client requests");
             let router = tonic::transport::Server::builder()
                 .tcp_nodelay(true)
+                // etcd serves HTTP (health, version, metrics) on the same port as gRPC.
+                .accept_http1(true)
+                .layer(http.clone())
                 .layer(tonic::service::InterceptorLayer::new(require_leader.clone()))
+                .layer(GrpcMetricsLayer)
                 .add_service(MessageLimit::new(kv.clone(), max_message))
                 .add_service(MessageLimit::new(watch.clone(), max_message))
                 .add_service(MessageLimit::new(lease.clone(), max_message))

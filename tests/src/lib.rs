@@ -17,6 +17,7 @@
 //! - `process`: free ports, log files and signals, shared by both kinds of member.
 //! - [`etcdctl`]: runs `/usr/bin/etcdctl` against a member and captures its output.
 //! - [`diff`]: a line diff for failure messages.
+//! - [`http`]: a plain HTTP/1.1 client for the client port, and a Prometheus text parser.
 //! - [`grpc`]: pulls the gRPC code and message out of an `etcd_client::Error`.
 //! - [`normalize`]: masks member-specific values (IDs, ports, terms, timings) so that the outputs of
 //!   two different servers can be compared line by line.
@@ -28,6 +29,7 @@ pub mod cluster_member;
 pub mod diff;
 pub mod etcdctl;
 pub mod grpc;
+pub mod http;
 pub mod member;
 pub mod normalize;
 mod process;

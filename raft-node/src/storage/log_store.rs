@@ -138,7 +138,13 @@ impl LogStore {
     /// threads: on two cores that costs more than the flush.)
     async fn flush(&self) -> Result<(), sled::Error> {
         let db = self.db.clone();
-        match tokio::task::spawn_blocking(move || db.flush()).await {
+        let flushed = tokio::task::spawn_blocking(move || {
+            let start = std::time::Instant::now();
+            let flushed = db.flush();
+            crate::metrics::metrics().wal_fsync.observe(start.elapsed());
+            flushed
+        });
+        match flushed.await {
             Ok(flushed) => flushed.map(|_| ()),
             Err(err) => Err(sled::Error::Io(io::Error::other(err))),
         }
@@ -223,6 +229,8 @@ impl RaftLogStorage<TypeConfig> for LogStore {
 
     /// Not flushed: losing it only means re-learning the commit index from the leader.
     async fn save_committed(&mut self, committed: Option<LogId>) -> Result<(), StorageError> {
+        let index = committed.map_or(0, |id| id.index);
+        crate::metrics::metrics().proposals_committed.store(index, std::sync::atomic::Ordering::Relaxed);
         self.write_state(KEY_COMMITTED, &committed)
     }
 

@@ -127,6 +127,7 @@ impl StateMachine {
         let now = Instant::now();
         if store.staged_writes() >= COMMIT_WRITES || now.duration_since(self.committed_at) >= COMMIT_INTERVAL {
             store.commit().map_err(|e| write_err(&e))?;
+            crate::metrics::metrics().backend_commit.observe(now.elapsed());
             self.committed_at = now;
         }
         let (events, revision) = (store.take_events(), store.current_revision());

@@ -17,6 +17,7 @@ mod cluster_writer;
 mod crash;
 mod etcdctl_kv;
 mod etcdctl_script;
+mod http_endpoints;
 mod lease_client;
 mod lease_etcdctl;
 mod lease_expiry;

@@ -1,0 +1,260 @@
+//! etcd's gRPC gateway: the unary RPCs as JSON over HTTP (`POST /v3/kv/range`, `/v3/kv/put`, ...).
+//!
+//! As etcd's gateway, each request goes through the gRPC service itself: the JSON body becomes the
+//! protobuf request (read through the message's descriptor), travels through the same tower stack as any
+//! gRPC call (interceptors, counters, limits), and the answer is written back as JSON the way etcd's
+//! gateway (grpc-gateway v1 with jsonpb, original field names) writes it: bytes in base64, 64-bit
+//! integers as strings, enums by name, fields at their default left out. A gRPC error becomes grpc-gateway's
+//! `{"error":..,"message":..,"code":..}` with its HTTP status. Streams (`/v3/watch`,
+//! `/v3/lease/keepalive`, `/v3/maintenance/snapshot`) are not served.
+
+use std::sync::LazyLock;
+
+use bytes::{BufMut, Bytes, BytesMut};
+use http::{header, HeaderValue, Method, Request, Response, StatusCode};
+use http_body_util::{BodyExt, Full, Limited};
+use prost::Message;
+use prost_reflect::{DescriptorPool, DeserializeOptions, DynamicMessage, MethodDescriptor, SerializeOptions};
+use tonic::body::Body;
+use tonic::Code;
+
+/// The gateway paths etcd 3.4 registers for unary RPCs, with the gRPC method each one calls.
+const ROUTES: &[(&str, &str, &str)] = &[
+    ("/v3/kv/range", "etcdserverpb.KV", "Range"),
+    ("/v3/kv/put", "etcdserverpb.KV", "Put"),
+    ("/v3/kv/deleterange", "etcdserverpb.KV", "DeleteRange"),
+    ("/v3/kv/txn", "etcdserverpb.KV", "Txn"),
+    ("/v3/kv/compaction", "etcdserverpb.KV", "Compact"),
+    ("/v3/lease/grant", "etcdserverpb.Lease", "LeaseGrant"),
+    ("/v3/lease/revoke", "etcdserverpb.Lease", "LeaseRevoke"),
+    ("/v3/kv/lease/revoke", "etcdserverpb.Lease", "LeaseRevoke"),
+    ("/v3/lease/timetolive", "etcdserverpb.Lease", "LeaseTimeToLive"),
+    ("/v3/kv/lease/timetolive", "etcdserverpb.Lease", "LeaseTimeToLive"),
+    ("/v3/lease/leases", "etcdserverpb.Lease", "LeaseLeases"),
+    ("/v3/kv/lease/leases", "etcdserverpb.Lease", "LeaseLeases"),
+    ("/v3/cluster/member/add", "etcdserverpb.Cluster", "MemberAdd"),
+    ("/v3/cluster/member/remove", "etcdserverpb.Cluster", "MemberRemove"),
+    ("/v3/cluster/member/update", "etcdserverpb.Cluster", "MemberUpdate"),
+    ("/v3/cluster/member/list", "etcdserverpb.Cluster", "MemberList"),
+    ("/v3/cluster/member/promote", "etcdserverpb.Cluster", "MemberPromote"),
+    ("/v3/maintenance/alarm", "etcdserverpb.Maintenance", "Alarm"),
+    ("/v3/maintenance/status", "etcdserverpb.Maintenance", "Status"),
+    ("/v3/maintenance/defragment", "etcdserverpb.Maintenance", "Defragment"),
+    ("/v3/maintenance/hash", "etcdserverpb.Maintenance", "Hash"),
+    ("/v3/maintenance/transfer-leadership", "etcdserverpb.Maintenance", "MoveLeader"),
+];
+
+/// The largest JSON body read (etcd's default request limit is 1.5 MiB; base64 and JSON add a third).
+const MAX_BODY_BYTES: usize = 4 * 1024 * 1024;
+
+/// etcd's messages, from the descriptors the `proto` crate compiled.
+static POOL: LazyLock<Option<DescriptorPool>> =
+    LazyLock::new(|| DescriptorPool::decode(proto::FILE_DESCRIPTOR_SET).ok());
+
+/// The gRPC method a gateway path calls, if it is one.
+pub fn route(path: &str) -> Option<MethodDescriptor> {
+    let (_, service, method) = ROUTES.iter().find(|(p, _, _)| *p == path)?;
+    let service = POOL.as_ref()?.get_service_by_name(service)?;
+    let found = service.methods().find(|m| m.name() == *method);
+    found
+}
+
+/// Answers one gateway request by calling `grpc` (the client gRPC service stack) with its protobuf form.
+pub async fn call<S, B>(grpc: S, method: MethodDescriptor, request: Request<Body>) -> Response<Body>
+where
+    S: tower_service::Service<Request<Body>, Response = Response<B>>,
+    B: http_body::Body<Data = Bytes>,
+    B::Error: Into<tonic::codegen::StdError>,
+{
+    if request.method() != Method::POST {
+        // grpc-gateway's answer to a path it knows with another method (Go's http.Error).
+        let mut response = Response::new(Body::new("Method Not Allowed\n".to_string()));
+        *response.status_mut() = StatusCode::METHOD_NOT_ALLOWED;
+        let headers = response.headers_mut();
+        headers.insert(header::CONTENT_TYPE, HeaderValue::from_static("text/plain; charset=utf-8"));
+        headers.insert("x-content-type-options", HeaderValue::from_static("nosniff"));
+        return response;
+    }
+    match exchange(grpc, &method, request).await {
+        Ok(json) => {
+            let mut response = json_response(StatusCode::OK, json);
+            let metadata = HeaderValue::from_static("application/grpc");
+            response.headers_mut().insert("grpc-metadata-content-type", metadata);
+            response
+        }
+        Err((code, message)) => error_response(code, &message),
+    }
+}
+
+type Failure = (Code, String);
+
+async fn exchange<S, B>(mut grpc: S, method: &MethodDescriptor, request: Request<Body>) -> Result<String, Failure>
+where
+    S: tower_service::Service<Request<Body>, Response = Response<B>>,
+    B: http_body::Body<Data = Bytes>,
+    B::Error: Into<tonic::codegen::StdError>,
+{
+    let body = Limited::new(request.into_body(), MAX_BODY_BYTES).collect().await;
+    let body = body.map_err(|e| (Code::InvalidArgument, e.to_string()))?.to_bytes();
+    let message = decode_json(method, &body)?;
+
+    let mut frame = BytesMut::with_capacity(5 + message.len());
+    frame.put_u8(0);
+    frame.put_u32(u32::try_from(message.len()).map_err(|_| (Code::ResourceExhausted, "request too large".into()))?);
+    frame.put_slice(&message);
+    let path = format!("/{}/{}", method.parent_service().full_name(), method.name());
+    let mut call = Request::new(Body::new(Full::new(frame.freeze())));
+    *call.method_mut() = Method::POST;
+    *call.version_mut() = http::Version::HTTP_2;
+    *call.uri_mut() = path.parse().map_err(|_| (Code::Internal, format!("bad gRPC path {path}")))?;
+    call.headers_mut().insert(header::CONTENT_TYPE, HeaderValue::from_static("application/grpc"));
+    call.headers_mut().insert(header::TE, HeaderValue::from_static("trailers"));
+
+    std::future::poll_fn(|cx| grpc.poll_ready(cx))
+        .await
+        .map_err(|_| (Code::Unavailable, "service unavailable".into()))?;
+    let response = grpc.call(call).await.map_err(|_| (Code::Unavailable, "service unavailable".into()))?;
+    if let Some(failure) = grpc_failure(response.headers()) {
+        return Err(failure);
+    }
+    let collected = response.into_body().collect().await.map_err(|e| (Code::Unavailable, e.into().to_string()))?;
+    if let Some(failure) = collected.trailers().and_then(grpc_failure) {
+        return Err(failure);
+    }
+    let bytes = collected.to_bytes();
+    let payload = bytes.get(5..).ok_or_else(|| (Code::Internal, "a gRPC answer without its message".to_string()))?;
+    encode_json(method, payload)
+}
+
+/// The request's protobuf encoding. An empty body is an empty message, and unknown fields are ignored,
+/// as etcd's gateway does.
+fn decode_json(method: &MethodDescriptor, body: &[u8]) -> Result<Vec<u8>, Failure> {
+    let body = if body.iter().all(u8::is_ascii_whitespace) { &b"{}"[..] } else { body };
+    let mut json = serde_json::Deserializer::from_slice(body);
+    let options = DeserializeOptions::new().deny_unknown_fields(false);
+    let message = DynamicMessage::deserialize_with_options(method.input(), &mut json, &options)
+        .map_err(|e| (Code::InvalidArgument, e.to_string()))?;
+    Ok(message.encode_to_vec())
+}
+
+fn encode_json(method: &MethodDescriptor, payload: &[u8]) -> Result<String, Failure> {
+    let message = DynamicMessage::decode(method.output(), payload).map_err(|e| (Code::Internal, e.to_string()))?;
+    let options = SerializeOptions::new().use_proto_field_name(true).skip_default_fields(true);
+    let mut json = serde_json::Serializer::new(Vec::new());
+    message.serialize_with_options(&mut json, &options).map_err(|e| (Code::Internal, e.to_string()))?;
+    String::from_utf8(json.into_inner()).map_err(|e| (Code::Internal, e.to_string()))
+}
+
+/// The status a gRPC header or trailer block carries, when it is an error.
+fn grpc_failure(headers: &http::HeaderMap) -> Option<Failure> {
+    let status = headers.get("grpc-status")?.to_str().ok()?.parse::<i32>().ok()?;
+    if status == 0 {
+        return None;
+    }
+    let message = headers.get("grpc-message").map(|m| percent_decode(m.as_bytes())).unwrap_or_default();
+    Some((Code::from_i32(status), message))
+}
+
+/// gRPC's `grpc-message` is percent-encoded.
+fn percent_decode(raw: &[u8]) -> String {
+    let mut out = Vec::with_capacity(raw.len());
+    let mut i = 0;
+    while i < raw.len() {
+        let hex = raw
+            .get(i + 1..i + 3)
+            .and_then(|h| std::str::from_utf8(h).ok())
+            .and_then(|h| u8::from_str_radix(h, 16).ok());
+        match (raw[i], hex) {
+            (b'%', Some(byte)) => {
+                out.push(byte);
+                i += 3;
+            }
+            (byte, _) => {
+                out.push(byte);
+                i += 1;
+            }
+        }
+    }
+    String::from_utf8_lossy(&out).into_owned()
+}
+
+fn json_response(status: StatusCode, json: String) -> Response<Body> {
+    let mut response = Response::new(Body::new(json));
+    *response.status_mut() = status;
+    response.headers_mut().insert(header::CONTENT_TYPE, HeaderValue::from_static("application/json"));
+    response
+}
+
+/// grpc-gateway v1's error body and its HTTP status for the code.
+fn error_response(code: Code, message: &str) -> Response<Body> {
+    let status = match code {
+        Code::Ok => StatusCode::OK,
+        Code::Cancelled => StatusCode::REQUEST_TIMEOUT,
+        Code::InvalidArgument | Code::OutOfRange => StatusCode::BAD_REQUEST,
+        Code::DeadlineExceeded => StatusCode::GATEWAY_TIMEOUT,
+        Code::NotFound => StatusCode::NOT_FOUND,
+        Code::AlreadyExists | Code::Aborted => StatusCode::CONFLICT,
+        Code::PermissionDenied => StatusCode::FORBIDDEN,
+        Code::Unauthenticated => StatusCode::UNAUTHORIZED,
+        Code::ResourceExhausted => StatusCode::TOO_MANY_REQUESTS,
+        Code::FailedPrecondition => StatusCode::PRECONDITION_FAILED,
+        Code::Unimplemented => StatusCode::NOT_IMPLEMENTED,
+        Code::Unavailable => StatusCode::SERVICE_UNAVAILABLE,
+        Code::Unknown | Code::Internal | Code::DataLoss => StatusCode::INTERNAL_SERVER_ERROR,
+    };
+    let body = serde_json::json!({ "error": message, "message": message, "code": code as i32 });
+    // serde_json orders the keys; grpc-gateway writes error, message, code.
+    let json = format!(r#"{{"error":{},"message":{},"code":{}}}"#, body["error"], body["message"], body["code"]);
+    json_response(status, json)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_route_names_a_method_of_etcds_api() {
+        for (path, _, method) in ROUTES {
+            let found = route(path).map(|m| m.name().to_string());
+            assert_eq!(found.as_deref(), Some(*method), "{path}");
+        }
+        assert!(route("/v3/watch").is_none(), "streams are not served");
+    }
+
+    #[test]
+    fn json_round_trips_as_etcds_gateway_writes_it() {
+        let range = route("/v3/kv/range").expect("a route");
+        let request = decode_json(&range, br#"{"key":"Zm9v","limit":"1","keysOnly":true,"bogus":1}"#).expect("decodes");
+        let request = proto::etcdserverpb::RangeRequest::decode(&request[..]).expect("a RangeRequest");
+        assert_eq!((request.key.as_slice(), request.limit, request.keys_only), (&b"foo"[..], 1, true));
+        assert_eq!(decode_json(&range, b"").map(|m| m.len()), Ok(0), "an empty body is an empty request");
+
+        let response = proto::etcdserverpb::RangeResponse {
+            header: Some(proto::etcdserverpb::ResponseHeader {
+                cluster_id: 1,
+                member_id: 2,
+                revision: 3,
+                raft_term: 4,
+            }),
+            kvs: vec![proto::mvccpb::KeyValue {
+                key: b"foo".to_vec(),
+                create_revision: 2,
+                mod_revision: 2,
+                version: 1,
+                value: b"bar".to_vec(),
+                lease: 0,
+            }],
+            more: false,
+            count: 1,
+        };
+        let json = encode_json(&range, &response.encode_to_vec()).expect("encodes");
+        let want = r#"{"header":{"cluster_id":"1","member_id":"2","revision":"3","raft_term":"4"},"kvs":[{"key":"Zm9v","create_revision":"2","mod_revision":"2","version":"1","value":"YmFy"}],"count":"1"}"#;
+        assert_eq!(json, want);
+    }
+
+    #[test]
+    fn grpc_messages_are_percent_decoded() {
+        assert_eq!(percent_decode(b"etcdserver: key is not provided"), "etcdserver: key is not provided");
+        assert_eq!(percent_decode(b"100%25 sure%0A"), "100% sure\n");
+    }
+}

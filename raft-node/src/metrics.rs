@@ -1,0 +1,488 @@
+//! etcd's Prometheus metrics: what is counted where it happens (fsyncs, backend commits, peer round
+//! trips, proposals, leader changes), and the text exposition `/metrics` answers with.
+//!
+//! Names, types, label names, HELP texts and histogram buckets are etcd 3.4's, so etcd's Grafana dashboard
+//! and alerts work unchanged. As in etcd (whose collectors live in Prometheus' default registry), the
+//! counters are process-wide: one member runs per process. Gauges that mirror state (leader, revisions,
+//! sizes) are read at scrape time from a [`MemberView`] instead of being copied on every change.
+
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
+use std::sync::{Arc, LazyLock};
+use std::time::Duration;
+
+use parking_lot::Mutex;
+
+use crate::grpc_metrics::GrpcCounters;
+use crate::typ::Raft;
+
+/// The counters and histograms fed by the code paths they measure.
+pub struct Metrics {
+    /// `etcd_disk_wal_fsync_duration_seconds`: our log store's flushes, the fsync behind every append.
+    pub wal_fsync: Histogram,
+    /// `etcd_disk_backend_commit_duration_seconds`: the state machine's batch commits to the MVCC backend.
+    pub backend_commit: Histogram,
+    /// `etcd_network_peer_round_trip_time_seconds`, by peer member id.
+    peer_rtt: Mutex<BTreeMap<u64, Arc<Histogram>>>,
+    pub leader_changes: AtomicU64,
+    /// The commit index, as the log store last saved it.
+    pub proposals_committed: AtomicU64,
+    pub proposals_pending: AtomicI64,
+    pub proposals_failed: AtomicU64,
+    pub health_success: AtomicU64,
+    pub health_failures: AtomicU64,
+    pub grpc: GrpcCounters,
+}
+
+/// The process' metrics.
+pub fn metrics() -> &'static Metrics {
+    static METRICS: LazyLock<Metrics> = LazyLock::new(|| Metrics {
+        // etcd: prometheus.ExponentialBuckets(0.001, 2, 14), 1 ms to 8 s.
+        wal_fsync: Histogram::exponential(0.001, 2.0, 14),
+        backend_commit: Histogram::exponential(0.001, 2.0, 14),
+        peer_rtt: Mutex::default(),
+        leader_changes: AtomicU64::new(0),
+        proposals_committed: AtomicU64::new(0),
+        proposals_pending: AtomicI64::new(0),
+        proposals_failed: AtomicU64::new(0),
+        health_success: AtomicU64::new(0),
+        health_failures: AtomicU64::new(0),
+        grpc: GrpcCounters::new(),
+    });
+    &METRICS
+}
+
+impl Metrics {
+    /// The round-trip histogram to peer `id` (etcd: 0.1 ms to 3.3 s, `ExponentialBuckets(0.0001, 2, 16)`).
+    pub fn peer_rtt(&self, id: u64) -> Arc<Histogram> {
+        self.peer_rtt.lock().entry(id).or_insert_with(|| Arc::new(Histogram::exponential(0.0001, 2.0, 16))).clone()
+    }
+}
+
+/// Counts leader changes as etcd does: each time a leader is known that is not the last one seen (a
+/// leader lost and found again counts again). Runs until Raft stops.
+pub async fn count_leader_changes(raft: Raft) {
+    let mut watch = raft.metrics();
+    let mut last = None;
+    loop {
+        let leader = watch.borrow_and_update().current_leader;
+        if leader.is_some() && leader != last {
+            metrics().leader_changes.fetch_add(1, Ordering::Relaxed);
+        }
+        last = leader;
+        if watch.changed().await.is_err() {
+            return;
+        }
+    }
+}
+
+/// Counts one pending proposal for as long as it lives (etcd's `proposals_pending`).
+pub struct PendingProposal(());
+
+impl PendingProposal {
+    pub fn start() -> Self {
+        metrics().proposals_pending.fetch_add(1, Ordering::Relaxed);
+        PendingProposal(())
+    }
+}
+
+impl Drop for PendingProposal {
+    fn drop(&mut self) {
+        metrics().proposals_pending.fetch_sub(1, Ordering::Relaxed);
+    }
+}
+
+/// A Prometheus histogram: cumulative buckets are computed at scrape time from per-bucket counts.
+pub struct Histogram {
+    bounds: Vec<f64>,
+    /// One count per bound, plus the `+Inf` bucket.
+    counts: Vec<AtomicU64>,
+    /// The sum of observations, an `f64` kept as bits.
+    sum: AtomicU64,
+}
+
+impl Histogram {
+    /// `n` buckets from `start`, each `factor` times the last, as Go's `prometheus.ExponentialBuckets`.
+    fn exponential(start: f64, factor: f64, n: usize) -> Self {
+        let mut bounds = Vec::with_capacity(n);
+        let mut bound = start;
+        for _ in 0..n {
+            bounds.push(bound);
+            bound *= factor;
+        }
+        let counts = (0..=n).map(|_| AtomicU64::new(0)).collect();
+        Histogram { bounds, counts, sum: AtomicU64::new(0f64.to_bits()) }
+    }
+
+    pub fn observe(&self, elapsed: Duration) {
+        let secs = elapsed.as_secs_f64();
+        let bucket = self.bounds.iter().position(|&b| secs <= b).unwrap_or(self.bounds.len());
+        self.counts[bucket].fetch_add(1, Ordering::Relaxed);
+        let _ = self
+            .sum
+            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |bits| Some((f64::from_bits(bits) + secs).to_bits()));
+    }
+
+    /// (upper bound, cumulative count) per bucket, `+Inf` last; and the sum.
+    fn cumulative(&self) -> (Vec<(f64, u64)>, f64) {
+        let mut total = 0;
+        let bounds = self.bounds.iter().copied().chain([f64::INFINITY]);
+        let buckets = bounds
+            .zip(&self.counts)
+            .map(|(bound, count)| {
+                total += count.load(Ordering::Relaxed);
+                (bound, total)
+            })
+            .collect();
+        (buckets, f64::from_bits(self.sum.load(Ordering::Relaxed)))
+    }
+}
+
+/// What the scrape reads from the member's state at the moment of the scrape.
+#[derive(Clone, Debug, Default)]
+pub struct MemberView {
+    pub member_id: u64,
+    pub has_leader: bool,
+    pub is_leader: bool,
+    pub is_learner: bool,
+    pub applied_index: u64,
+    /// The emulated etcd version (`--emulated-version`).
+    pub server_version: String,
+    pub db_size: u64,
+    pub keys: i64,
+    pub current_revision: i64,
+    pub compact_revision: i64,
+    pub process: ProcessView,
+}
+
+/// The `process_*` collector's values (Go's client reads the same `/proc` files).
+#[derive(Clone, Debug, Default)]
+pub struct ProcessView {
+    pub cpu_seconds: f64,
+    pub resident_bytes: f64,
+    pub virtual_bytes: f64,
+    pub start_time_seconds: f64,
+    pub open_fds: f64,
+    pub max_fds: f64,
+}
+
+impl ProcessView {
+    /// Reads `/proc/self`; a value that cannot be read stays 0.
+    pub fn read() -> Self {
+        // The kernel reports times in USER_HZ (100 on Linux) and memory in pages.
+        const TICKS: f64 = 100.0;
+        const PAGE: f64 = 4096.0;
+        let mut view = ProcessView::default();
+        let stat = std::fs::read_to_string("/proc/self/stat").unwrap_or_default();
+        // Fields after the command name, which is parenthesised and may hold spaces.
+        let fields: Vec<&str> =
+            stat.rsplit_once(')').map(|(_, rest)| rest.split_whitespace().collect()).unwrap_or_default();
+        let field = |n: usize| fields.get(n - 3).and_then(|f| f.parse::<f64>().ok()).unwrap_or(0.0);
+        view.cpu_seconds = (field(14) + field(15)) / TICKS;
+        view.virtual_bytes = field(23);
+        view.resident_bytes = field(24) * PAGE;
+        let boot = std::fs::read_to_string("/proc/stat").unwrap_or_default();
+        let boot = boot.lines().find_map(|l| l.strip_prefix("btime ")).and_then(|t| t.trim().parse::<f64>().ok());
+        view.start_time_seconds = boot.map_or(0.0, |boot| boot + field(22) / TICKS);
+        view.open_fds = std::fs::read_dir("/proc/self/fd").map_or(0, |dir| dir.count()) as f64;
+        let limits = std::fs::read_to_string("/proc/self/limits").unwrap_or_default();
+        let max =
+            limits.lines().find_map(|l| l.strip_prefix("Max open files")).and_then(|l| l.split_whitespace().next());
+        view.max_fds = max.and_then(|m| m.parse().ok()).unwrap_or(0.0);
+        view
+    }
+}
+
+/// The text exposition (format 0.0.4), families in name order as Go's client writes them.
+pub fn render(view: &MemberView) -> String {
+    let m = metrics();
+    let flag = |b: bool| if b { 1.0 } else { 0.0 };
+    let load = |c: &AtomicU64| c.load(Ordering::Relaxed) as f64;
+    let db_size = view.db_size as f64;
+    let physical = "Total size of the underlying database physically allocated in bytes.";
+    let p = &view.process;
+    // Families of one unlabelled sample: name, HELP, type, value.
+    let singles = [
+        (
+            "etcd_server_has_leader",
+            "Whether or not a leader exists. 1 is existence, 0 is not.",
+            GAUGE,
+            flag(view.has_leader),
+        ),
+        (
+            "etcd_server_is_leader",
+            "Whether or not this member is a leader. 1 if is, 0 otherwise.",
+            GAUGE,
+            flag(view.is_leader),
+        ),
+        (
+            "etcd_server_is_learner",
+            "Whether or not this member is a learner. 1 if is, 0 otherwise.",
+            GAUGE,
+            flag(view.is_learner),
+        ),
+        (
+            "etcd_server_leader_changes_seen_total",
+            "The number of leader changes seen.",
+            COUNTER,
+            load(&m.leader_changes),
+        ),
+        (
+            "etcd_server_proposals_committed_total",
+            "The total number of consensus proposals committed.",
+            GAUGE,
+            load(&m.proposals_committed),
+        ),
+        (
+            "etcd_server_proposals_applied_total",
+            "The total number of consensus proposals applied.",
+            GAUGE,
+            view.applied_index as f64,
+        ),
+        (
+            "etcd_server_proposals_pending",
+            "The current number of pending proposals to commit.",
+            GAUGE,
+            m.proposals_pending.load(Ordering::Relaxed) as f64,
+        ),
+        (
+            "etcd_server_proposals_failed_total",
+            "The total number of failed proposals seen.",
+            COUNTER,
+            load(&m.proposals_failed),
+        ),
+        (
+            "etcd_server_health_success",
+            "The total number of successful health checks",
+            COUNTER,
+            load(&m.health_success),
+        ),
+        ("etcd_server_health_failures", "The total number of failed health checks", COUNTER, load(&m.health_failures)),
+        ("etcd_mvcc_db_total_size_in_bytes", physical, GAUGE, db_size),
+        ("etcd_debugging_mvcc_db_total_size_in_bytes", physical, GAUGE, db_size),
+        // sled does not tell its live bytes apart from its allocated ones (Maintenance.Status says the same).
+        (
+            "etcd_mvcc_db_total_size_in_use_in_bytes",
+            "Total size of the underlying database logically in use in bytes.",
+            GAUGE,
+            db_size,
+        ),
+        ("etcd_debugging_mvcc_keys_total", "Total number of keys.", GAUGE, view.keys as f64),
+        ("etcd_debugging_mvcc_current_revision", "The current revision of store.", GAUGE, view.current_revision as f64),
+        (
+            "etcd_debugging_mvcc_compact_revision",
+            "The revision of the last compaction in store.",
+            GAUGE,
+            view.compact_revision as f64,
+        ),
+        ("process_cpu_seconds_total", "Total user and system CPU time spent in seconds.", COUNTER, p.cpu_seconds),
+        ("process_max_fds", "Maximum number of open file descriptors.", GAUGE, p.max_fds),
+        ("process_open_fds", "Number of open file descriptors.", GAUGE, p.open_fds),
+        ("process_resident_memory_bytes", "Resident memory size in bytes.", GAUGE, p.resident_bytes),
+        (
+            "process_start_time_seconds",
+            "Start time of the process since unix epoch in seconds.",
+            GAUGE,
+            p.start_time_seconds,
+        ),
+        ("process_virtual_memory_bytes", "Virtual memory size in bytes.", GAUGE, p.virtual_bytes),
+    ];
+    let mut out = Exposition::default();
+    for (name, help, kind, value) in singles {
+        out.labelled(name, help, kind, &[(&[], value)]);
+    }
+
+    // Families of one sample labelled with a value, as etcd's info gauges.
+    let id = format!("{:x}", view.member_id);
+    let infos = [
+        (
+            "etcd_server_id",
+            "Server or member ID in hexadecimal format. 1 for 'server_id' label with current ID.",
+            "server_id",
+            id.as_str(),
+        ),
+        (
+            "etcd_server_version",
+            "Which version is running. 1 for 'server_version' label with current version.",
+            "server_version",
+            &view.server_version,
+        ),
+        (
+            "etcd_cluster_version",
+            "Which version is running. 1 for 'cluster_version' label with current cluster version",
+            "cluster_version",
+            major_minor(&view.server_version),
+        ),
+    ];
+    for (name, help, label, value) in infos {
+        out.labelled(name, help, GAUGE, &[(&[(label, value)], 1.0)]);
+    }
+
+    out.histograms(
+        "etcd_disk_wal_fsync_duration_seconds",
+        "The latency distributions of fsync called by WAL.",
+        &[(&[], &m.wal_fsync)],
+    );
+    out.histograms(
+        "etcd_disk_backend_commit_duration_seconds",
+        "The latency distributions of commit called by backend.",
+        &[(&[], &m.backend_commit)],
+    );
+    let peers: Vec<(String, Arc<Histogram>)> =
+        m.peer_rtt.lock().iter().map(|(id, h)| (format!("{id:x}"), h.clone())).collect();
+    let labels: Vec<[(&str, &str); 1]> = peers.iter().map(|(to, _)| [("To", to.as_str())]).collect();
+    let series: Vec<(&[(&str, &str)], &Histogram)> =
+        labels.iter().zip(&peers).map(|(labels, (_, h))| (&labels[..], &**h)).collect();
+    if !series.is_empty() {
+        out.histograms("etcd_network_peer_round_trip_time_seconds", "Round-Trip-Time histogram between peers", &series);
+    }
+
+    m.grpc.render(&mut out);
+    out.finish()
+}
+
+/// etcd's cluster version label: the major and minor of the version ("3.4.23" → "3.4").
+fn major_minor(version: &str) -> &str {
+    match version.match_indices('.').nth(1) {
+        Some((at, _)) => &version[..at],
+        None => version,
+    }
+}
+
+pub(crate) const GAUGE: &str = "gauge";
+pub(crate) const COUNTER: &str = "counter";
+
+/// Metric families being written; each is kept whole under its name so they come out sorted.
+#[derive(Default)]
+pub(crate) struct Exposition {
+    families: BTreeMap<&'static str, String>,
+}
+
+/// A series' labels, in the order written (Go's client sorts them by name; callers pass them sorted).
+pub(crate) type Labels<'a> = &'a [(&'a str, &'a str)];
+
+impl Exposition {
+    fn family(&mut self, name: &'static str, help: &str, kind: &str) -> &mut String {
+        let text = self.families.entry(name).or_default();
+        let _ = writeln!(text, "# HELP {name} {}", help.replace('\\', r"\\").replace('\n', r"\n"));
+        let _ = writeln!(text, "# TYPE {name} {kind}");
+        text
+    }
+
+    pub(crate) fn labelled(&mut self, name: &'static str, help: &str, kind: &str, series: &[(Labels<'_>, f64)]) {
+        let text = self.family(name, help, kind);
+        for (labels, value) in series {
+            sample(text, name, labels, None, *value);
+        }
+    }
+
+    fn histograms(&mut self, name: &'static str, help: &str, series: &[(Labels<'_>, &Histogram)]) {
+        let text = self.family(name, help, "histogram");
+        let (bucket, sum, count) = (format!("{name}_bucket"), format!("{name}_sum"), format!("{name}_count"));
+        for (labels, histogram) in series {
+            let (buckets, total) = histogram.cumulative();
+            for (bound, cumulative) in &buckets {
+                sample(text, &bucket, labels, Some(&go_float(*bound)), *cumulative as f64);
+            }
+            sample(text, &sum, labels, None, total);
+            let observations = buckets.last().map_or(0, |(_, c)| *c);
+            sample(text, &count, labels, None, observations as f64);
+        }
+    }
+
+    fn finish(self) -> String {
+        self.families.into_values().collect()
+    }
+}
+
+fn sample(text: &mut String, name: &str, labels: Labels<'_>, le: Option<&str>, value: f64) {
+    text.push_str(name);
+    let all = labels.iter().copied().chain(le.map(|le| ("le", le)));
+    for (i, (label, value)) in all.enumerate() {
+        text.push(if i == 0 { '{' } else { ',' });
+        let escaped = value.replace('\\', r"\\").replace('"', "\\\"").replace('\n', r"\n");
+        let _ = write!(text, "{label}=\"{escaped}\"");
+    }
+    if !labels.is_empty() || le.is_some() {
+        text.push('}');
+    }
+    let _ = writeln!(text, " {}", go_float(value));
+}
+
+/// A float as Go's `strconv.FormatFloat(v, 'g', -1, 64)` writes it, which is what etcd's `/metrics`
+/// shows: the shortest digits that read back exactly, in exponent form below 1e-4 and from 1e6 up.
+pub(crate) fn go_float(v: f64) -> String {
+    if v.is_nan() {
+        return "NaN".into();
+    }
+    if v.is_infinite() {
+        return if v > 0.0 { "+Inf" } else { "-Inf" }.into();
+    }
+    if v == 0.0 {
+        return "0".into();
+    }
+    let scientific = format!("{v:e}");
+    let Some((mantissa, exp)) = scientific.split_once('e') else { return format!("{v}") };
+    let exp: i32 = exp.parse().unwrap_or(0);
+    if (-4..6).contains(&exp) {
+        return format!("{v}");
+    }
+    let sign = if exp < 0 { '-' } else { '+' };
+    format!("{mantissa}e{sign}{:02}", exp.abs())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn floats_print_as_go_prints_them() {
+        let cases = [
+            (0.0, "0"),
+            (1.0, "1"),
+            (20480.0, "20480"),
+            (2_147_483_648.0, "2.147483648e+09"),
+            (1_000_000.0, "1e+06"),
+            (999_999.0, "999999"),
+            (0.0034729739999999998, "0.0034729739999999998"),
+            (0.0001, "0.0001"),
+            (0.00001, "1e-05"),
+            (f64::INFINITY, "+Inf"),
+        ];
+        for (value, want) in cases {
+            assert_eq!(go_float(value), want, "{value}");
+        }
+    }
+
+    #[test]
+    fn exponential_buckets_match_etcds_bounds() {
+        let rtt = Histogram::exponential(0.0001, 2.0, 16);
+        let bounds: Vec<String> = rtt.bounds.iter().map(|b| go_float(*b)).collect();
+        assert_eq!(bounds.first().map(String::as_str), Some("0.0001"));
+        assert_eq!(bounds.last().map(String::as_str), Some("3.2768"));
+        let fsync = Histogram::exponential(0.001, 2.0, 14);
+        assert_eq!(fsync.bounds.last().map(|b| go_float(*b)).as_deref(), Some("8.192"));
+    }
+
+    #[test]
+    fn histogram_buckets_are_cumulative() {
+        let h = Histogram::exponential(0.25, 2.0, 3);
+        for ms in [0, 250, 750, 4000] {
+            h.observe(Duration::from_millis(ms));
+        }
+        let mut out = Exposition::default();
+        out.histograms("h", "help", &[(&[("To", "a")], &h)]);
+        let text = out.finish();
+        let want = "# HELP h help\n# TYPE h histogram\n\
+            h_bucket{To=\"a\",le=\"0.25\"} 2\nh_bucket{To=\"a\",le=\"0.5\"} 2\nh_bucket{To=\"a\",le=\"1\"} 3\n\
+            h_bucket{To=\"a\",le=\"+Inf\"} 4\nh_sum{To=\"a\"} 5\nh_count{To=\"a\"} 4\n";
+        assert_eq!(text, want);
+    }
+
+    #[test]
+    fn cluster_version_is_major_and_minor() {
+        assert_eq!(major_minor("3.4.23"), "3.4");
+        assert_eq!(major_minor("3.5"), "3.5");
+    }
+}
