@@ -15,10 +15,12 @@ pub enum Bucket {
     Meta,
     /// Lease id (8 bytes, big-endian) → granted TTL in seconds (8 bytes, big-endian).
     Lease,
+    /// Active alarms: member id (8 bytes, big-endian) and alarm type (4 bytes, big-endian) → nothing.
+    Alarm,
 }
 
 impl Bucket {
-    pub const ALL: [Bucket; 3] = [Bucket::Key, Bucket::Meta, Bucket::Lease];
+    pub const ALL: [Bucket; 4] = [Bucket::Key, Bucket::Meta, Bucket::Lease, Bucket::Alarm];
 
     /// A one-byte tag, for backends that keep every bucket in one keyspace.
     pub fn tag(self) -> u8 {
@@ -26,6 +28,7 @@ impl Bucket {
             Bucket::Key => b'k',
             Bucket::Meta => b'm',
             Bucket::Lease => b'l',
+            Bucket::Alarm => b'a',
         }
     }
 }
@@ -73,6 +76,18 @@ pub trait Backend: Send + Sync + 'static {
 
     /// Bytes the backend occupies (on disk for persistent backends).
     fn size_bytes(&self) -> u64;
+
+    /// Bytes the live content takes, an estimate (etcd's `dbSizeInUse`); the rest is space a
+    /// [`Backend::defragment`] can give back.
+    fn size_in_use_bytes(&self) -> u64 {
+        self.size_bytes()
+    }
+
+    /// Rewrites the backend so that it occupies only what its content needs (etcd's defragmentation).
+    /// The caller makes sure that nothing writes meanwhile.
+    fn defragment(&self) -> Result<(), BackendError> {
+        Ok(())
+    }
 }
 
 /// An in-memory [`Backend`] for tests.
