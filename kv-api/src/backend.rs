@@ -74,6 +74,11 @@ pub trait Backend: Send + Sync + 'static {
     /// Replaces the whole content of every bucket with `batch`, all or nothing (snapshot install).
     fn replace_all(&self, batch: WriteBatch) -> Result<(), BackendError>;
 
+    /// Makes every write so far durable (a persistent backend may otherwise persist them a little later).
+    fn sync(&self) -> Result<(), BackendError> {
+        Ok(())
+    }
+
     /// Bytes the backend occupies (on disk for persistent backends).
     fn size_bytes(&self) -> u64;
 

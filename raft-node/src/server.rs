@@ -123,7 +123,9 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> anyhow::
         version: config.emulated_version.clone(),
         // etcd: a lease lives at least 1.5 election timeouts, rounded up to whole seconds.
         min_lease_ttl: (config.election_timeout * 3).div_ceil(2000) as i64,
+        quota_backend_bytes: config.quota_backend_bytes(),
     };
+    log_quota(&config);
     let max_message = config.max_request_bytes + GRPC_OVERHEAD_BYTES;
     let require_leader = {
         let consensus = consensus.clone();
@@ -234,6 +236,23 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> anyhow::
     while servers.join_next().await.is_some() {}
     raft.shutdown().await.context("stopping Raft")?;
     outcome
+}
+
+/// etcd's startup note on the backend quota, with its warning past the suggested maximum.
+fn log_quota(config: &Config) {
+    /// Above this etcd warns that the quota may degrade performance.
+    const MAX_QUOTA_BYTES: u64 = 8 * 1024 * 1024 * 1024;
+    match config.quota_backend_bytes() {
+        None => info!(quota_size_bytes = config.quota_backend_bytes, "disabled backend quota"),
+        Some(quota) if quota > MAX_QUOTA_BYTES => {
+            warn!(
+                quota_size_bytes = quota,
+                quota_maximum_size_bytes = MAX_QUOTA_BYTES,
+                "quota exceeds the maximum value"
+            )
+        }
+        Some(quota) => info!(quota_size_bytes = quota, "enabled backend quota"),
+    }
 }
 
 /// Resolves once this member, having been part of the membership, is no longer in it (as etcd, a removed
