@@ -18,6 +18,7 @@
 //! - [`consensus`]: [`kv_api::Consensus`] on openraft: local on the leader, forwarded elsewhere.
 //! - [`authority`]: accepting the `:authority` etcdctl sends when it dials a member by URL.
 //! - [`lease_expiry`]: the leader's lease expiry loop.
+//! - [`corrupt_check`]: the leader's periodic comparison of every member's `HashKV` (CORRUPT alarm).
 //! - [`logging`]: the binaries' tracing subscriber.
 //! - [`server`]: starting a member and serving the etcd gRPC services.
 
@@ -25,6 +26,7 @@ pub mod authority;
 pub mod bootstrap;
 pub mod config;
 pub mod consensus;
+pub mod corrupt_check;
 pub mod election;
 pub mod forward;
 pub mod group_commit;

@@ -139,6 +139,10 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> anyhow::
     };
     let lease = pb::lease_server::LeaseServer::new(LeaseService::new(consensus.clone(), store.clone(), api.clone()));
     tokio::spawn(lease_expiry::expire_leases(leader.clone()));
+    if !config.experimental_corrupt_check_time.is_zero() {
+        let interval = config.experimental_corrupt_check_time;
+        tokio::spawn(crate::corrupt_check::check_periodically(consensus.clone(), store.clone(), interval));
+    }
     let kv = pb::kv_server::KvServer::new(KvService::new(consensus.clone(), store.clone(), api.clone()))
         .max_decoding_message_size(usize::MAX)
         .max_encoding_message_size(usize::MAX);
