@@ -89,7 +89,7 @@ pub trait Backend: Send + Sync + 'static {
     }
 
     /// Rewrites the backend so that it occupies only what its content needs (etcd's defragmentation).
-    /// The caller makes sure that nothing writes meanwhile.
+    /// The caller keeps every other user out meanwhile (the store's write lock does).
     fn defragment(&self) -> Result<(), BackendError> {
         Ok(())
     }

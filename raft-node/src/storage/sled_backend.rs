@@ -237,7 +237,8 @@ impl Backend for SledBackend {
     }
 
     /// Copies the tree into a fresh database (the next generation), makes it durable, points `CURRENT`
-    /// at it and switches to it; the old generation is removed. The caller keeps writers out.
+    /// at it and switches to it; the old generation is removed. The caller keeps every other user out
+    /// (the store's write lock): a scan still running on the old generation would lose its files.
     fn defragment(&self) -> Result<(), BackendError> {
         let started = Instant::now();
         let mut current = self.current.write();

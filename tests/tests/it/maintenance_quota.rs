@@ -39,7 +39,7 @@ async fn past_the_quota_writes_fail_until_compaction_defrag_and_disarm() -> anyh
     let alarm = format!("memberID:{member_id} alarm:NOSPACE ");
     let listed = member.etcdctl(&["alarm", "list"]).await?.ok()?;
     assert_eq!(listed, format!("{alarm}\n"));
-    assert_eq!(client.status().await?.errors(), [alarm.clone()]);
+    assert_eq!(client.status().await?.errors(), std::slice::from_ref(&alarm));
     member.kill9()?;
     member.restart().await?;
     let mut client = member.client().await?;
