@@ -90,6 +90,10 @@ pub struct Config {
     #[arg(long, env = "ETCD_QUOTA_BACKEND_BYTES", default_value_t = 0, allow_negative_numbers = true)]
     pub quota_backend_bytes: i64,
 
+    /// Enable to check data corruption before serving any client/peer traffic.
+    #[arg(long, env = "ETCD_EXPERIMENTAL_INITIAL_CORRUPT_CHECK", default_value_t = false, action = clap::ArgAction::Set, num_args = 0..=1, default_missing_value = "true")]
+    pub experimental_initial_corrupt_check: bool,
+
     /// Duration of time between cluster corruption check passes (0s: never).
     #[arg(long, env = "ETCD_EXPERIMENTAL_CORRUPT_CHECK_TIME", default_value = "0s", value_parser = parse_duration)]
     pub experimental_corrupt_check_time: Duration,
@@ -289,6 +293,9 @@ mod tests {
         assert!(parse(&["--logger", "zap"]).log_json());
         assert!(!parse(&["--logger", "zap", "--log-format", "text"]).log_json());
         assert!(parse(&["--log-format", "json"]).log_json());
+        assert!(!parse(&[]).experimental_initial_corrupt_check);
+        assert!(parse(&["--experimental-initial-corrupt-check"]).experimental_initial_corrupt_check);
+        assert!(!parse(&["--experimental-initial-corrupt-check=false"]).experimental_initial_corrupt_check);
         let bad = Config::try_parse_from(["raft-node", "--log-level", "verbose"]);
         assert!(bad.is_err());
     }

@@ -4,6 +4,9 @@
 //! member that reports the same compacted revision but a different hash, as etcd 3.4's
 //! `checkHashKV` does.
 //!
+//! With `--experimental-initial-corrupt-check` a member makes the same comparison once before it
+//! serves clients, and refuses to start on a mismatch.
+//!
 //! The other members are asked through their client URLs (Maintenance.HashKV), as etcd asks its peers'
 //! HTTP endpoints.
 
@@ -38,6 +41,34 @@ pub async fn check_once(consensus: &RaftConsensus, store: &SharedStore) -> anyho
     if consensus.raft_status().leader != own_id {
         return Ok(Vec::new());
     }
+    let corrupt = diverged_members(consensus, store).await?;
+    for &member_id in &corrupt {
+        let raise = Command::Alarm(pb::AlarmRequest {
+            action: pb::alarm_request::AlarmAction::Activate as i32,
+            member_id,
+            alarm: pb::AlarmType::Corrupt as i32,
+        });
+        consensus.propose(raise).await?;
+    }
+    Ok(corrupt)
+}
+
+/// etcd's `--experimental-initial-corrupt-check`: before this member serves clients, its hash at its
+/// revision must match every reachable member's at the same revision and compacted revision.
+pub async fn check_initially(consensus: &RaftConsensus, store: &SharedStore) -> anyhow::Result<()> {
+    let diverged = diverged_members(consensus, store).await?;
+    if !diverged.is_empty() {
+        let ids: Vec<String> = diverged.iter().map(|id| format!("{id:x}")).collect();
+        anyhow::bail!("found data inconsistency with peers {}", ids.join(","));
+    }
+    tracing::info!("initial corruption check passed: no corruption found");
+    Ok(())
+}
+
+/// The members whose `HashKV` at this member's current revision differs from this member's while they
+/// report the same compacted revision; members that cannot answer are skipped (with a warning).
+async fn diverged_members(consensus: &RaftConsensus, store: &SharedStore) -> anyhow::Result<Vec<u64>> {
+    let own_id = consensus.header().member_id;
     let local = {
         let store = store.clone();
         tokio::task::spawn_blocking(move || {
@@ -47,7 +78,7 @@ pub async fn check_once(consensus: &RaftConsensus, store: &SharedStore) -> anyho
         })
         .await??
     };
-    let mut corrupt = Vec::new();
+    let mut diverged = Vec::new();
     for member in consensus.members() {
         if member.id == own_id {
             continue;
@@ -69,24 +100,16 @@ pub async fn check_once(consensus: &RaftConsensus, store: &SharedStore) -> anyho
                 member_id = format!("{:x}", member.id),
                 revision = local.current_revision,
                 compact_revision = local.compact_revision,
-                leader_hash = local.hash,
+                local_hash = local.hash,
                 member_hash = peer.hash,
                 "found data inconsistency with a member"
             );
-            corrupt.push(member.id);
+            diverged.push(member.id);
         } else {
             debug!(member_id = format!("{:x}", member.id), hash = peer.hash, "member hash matches");
         }
     }
-    for &member_id in &corrupt {
-        let raise = Command::Alarm(pb::AlarmRequest {
-            action: pb::alarm_request::AlarmAction::Activate as i32,
-            member_id,
-            alarm: pb::AlarmType::Corrupt as i32,
-        });
-        consensus.propose(raise).await?;
-    }
-    Ok(corrupt)
+    Ok(diverged)
 }
 
 async fn peer_hash(url: &str, revision: i64) -> anyhow::Result<pb::HashKvResponse> {

@@ -203,6 +203,9 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> anyhow::
         () = &mut shutdown => false,
         () = publish(consensus.clone(), raft.clone(), identity.member_id, config.clone()) => true,
     };
+    if published && config.experimental_initial_corrupt_check {
+        crate::corrupt_check::check_initially(&consensus, &store).await?;
+    }
     if published {
         for (addr, listener) in client_listeners {
             info!(%addr, "serving client requests");

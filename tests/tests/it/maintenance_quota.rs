@@ -174,7 +174,7 @@ fn tamper(data_dir: &std::path::Path, from: &[u8], to: &[u8]) -> anyhow::Result<
 }
 
 #[tokio::test]
-async fn the_periodic_corruption_check_raises_corrupt_for_a_diverged_member() -> anyhow::Result<()> {
+async fn corruption_checks_find_a_diverged_member() -> anyhow::Result<()> {
     if ServerKind::from_env() == ServerKind::Etcd {
         // Tampering with etcd's bbolt file needs bbolt's tools; etcd's check itself is etcd's.
         return Ok(());
@@ -214,6 +214,13 @@ async fn the_periodic_corruption_check_raises_corrupt_for_a_diverged_member() ->
     }
     // As etcd's corrupt applier: every request through the log is refused.
     assert_grpc_error(client.put("k", "v", None).await, Code::DataLoss, "etcdserver: corrupt cluster");
+
+    // With the initial check, the diverged member refuses to start.
+    let victim = cluster.member_mut(victim);
+    victim.add_args(&["--experimental-initial-corrupt-check"]);
+    let restarted = victim.restart().await;
+    assert!(restarted.is_err(), "a diverged member started with --experimental-initial-corrupt-check");
+    assert!(victim.log().contains("found data inconsistency with peers"), "{}", victim.log());
     Ok(())
 }
 
