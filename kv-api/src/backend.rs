@@ -15,10 +15,12 @@ pub enum Bucket {
     Meta,
     /// Lease id (8 bytes, big-endian) → granted TTL in seconds (8 bytes, big-endian).
     Lease,
+    /// Active alarms: member id (8 bytes, big-endian) and alarm type (4 bytes, big-endian) → nothing.
+    Alarm,
 }
 
 impl Bucket {
-    pub const ALL: [Bucket; 3] = [Bucket::Key, Bucket::Meta, Bucket::Lease];
+    pub const ALL: [Bucket; 4] = [Bucket::Key, Bucket::Meta, Bucket::Lease, Bucket::Alarm];
 
     /// A one-byte tag, for backends that keep every bucket in one keyspace.
     pub fn tag(self) -> u8 {
@@ -26,6 +28,7 @@ impl Bucket {
             Bucket::Key => b'k',
             Bucket::Meta => b'm',
             Bucket::Lease => b'l',
+            Bucket::Alarm => b'a',
         }
     }
 }
@@ -71,8 +74,25 @@ pub trait Backend: Send + Sync + 'static {
     /// Replaces the whole content of every bucket with `batch`, all or nothing (snapshot install).
     fn replace_all(&self, batch: WriteBatch) -> Result<(), BackendError>;
 
+    /// Makes every write so far durable (a persistent backend may otherwise persist them a little later).
+    fn sync(&self) -> Result<(), BackendError> {
+        Ok(())
+    }
+
     /// Bytes the backend occupies (on disk for persistent backends).
     fn size_bytes(&self) -> u64;
+
+    /// Bytes the live content takes, an estimate (etcd's `dbSizeInUse`); the rest is space a
+    /// [`Backend::defragment`] can give back.
+    fn size_in_use_bytes(&self) -> u64 {
+        self.size_bytes()
+    }
+
+    /// Rewrites the backend so that it occupies only what its content needs (etcd's defragmentation).
+    /// The caller keeps every other user out meanwhile (the store's write lock does).
+    fn defragment(&self) -> Result<(), BackendError> {
+        Ok(())
+    }
 }
 
 /// An in-memory [`Backend`] for tests.

@@ -17,6 +17,8 @@ pub enum Command {
     /// A grant whose ID and TTL the proposer already settled (a free ID chosen, the minimum TTL applied).
     LeaseGrant(pb::LeaseGrantRequest),
     LeaseRevoke(pb::LeaseRevokeRequest),
+    /// Raises or disarms an alarm (ACTIVATE or DEACTIVATE; GET is answered without the log).
+    Alarm(pb::AlarmRequest),
 }
 
 /// The response apply produced for a [`Command`]; headers carry only the revision (the serving member
@@ -29,6 +31,7 @@ pub enum CommandResponse {
     Compact(pb::CompactionResponse),
     LeaseGrant(pb::LeaseGrantResponse),
     LeaseRevoke(pb::LeaseRevokeResponse),
+    Alarm(pb::AlarmResponse),
 }
 
 impl Command {
@@ -50,6 +53,7 @@ impl Command {
             Command::Compact(req) => req.encoded_len(),
             Command::LeaseGrant(req) => req.encoded_len(),
             Command::LeaseRevoke(req) => req.encoded_len(),
+            Command::Alarm(req) => req.encoded_len(),
         }
     }
 }
@@ -64,6 +68,7 @@ impl Command {
             Command::Compact(req) => (3, req.encode_to_vec()),
             Command::LeaseGrant(req) => (4, req.encode_to_vec()),
             Command::LeaseRevoke(req) => (5, req.encode_to_vec()),
+            Command::Alarm(req) => (6, req.encode_to_vec()),
         }
     }
 
@@ -76,6 +81,7 @@ impl Command {
             3 => pb::CompactionRequest::decode(bytes).map(Command::Compact),
             4 => pb::LeaseGrantRequest::decode(bytes).map(Command::LeaseGrant),
             5 => pb::LeaseRevokeRequest::decode(bytes).map(Command::LeaseRevoke),
+            6 => pb::AlarmRequest::decode(bytes).map(Command::Alarm),
             other => return Err(format!("unknown command kind {other}")),
         };
         decoded.map_err(|e| format!("corrupt command of kind {tag}: {e}"))
@@ -152,6 +158,7 @@ mod tests {
             Command::Compact(pb::CompactionRequest { revision: 5, physical: true }),
             Command::LeaseGrant(pb::LeaseGrantRequest { ttl: 10, id: 42 }),
             Command::LeaseRevoke(pb::LeaseRevokeRequest { id: 42 }),
+            Command::Alarm(pb::AlarmRequest { action: 1, member_id: 7, alarm: 1 }),
         ]
     }
 

@@ -62,6 +62,12 @@ pub enum Error {
     MemberNotLearner,
     #[error("etcdserver: can only promote a learner member which is in sync with leader")]
     LearnerNotReady,
+    /// The backend passed `--quota-backend-bytes`, or the NOSPACE alarm is active.
+    #[error("etcdserver: mvcc: database space exceeded")]
+    NoSpace,
+    /// The CORRUPT alarm is active: a member's data disagrees with the others'.
+    #[error("etcdserver: corrupt cluster")]
+    Corrupt,
     /// The store or the consensus layer failed in a way no request caused (disk error, broken invariant).
     #[error("etcdserver: {0}")]
     Internal(String),
@@ -95,6 +101,8 @@ impl Error {
             | Error::Timeout
             | Error::LeaderChanged
             | Error::NotSupportedForLearner => Code::Unavailable,
+            Error::NoSpace => Code::ResourceExhausted,
+            Error::Corrupt => Code::DataLoss,
             Error::Internal(_) => Code::Unknown,
         }
     }
@@ -127,6 +135,8 @@ mod tests {
             (Error::PeerUrlExists, Code::FailedPrecondition, "etcdserver: Peer URLs already exists"),
             (Error::MemberNotLearner, Code::FailedPrecondition, "etcdserver: can only promote a learner member"),
             (Error::TooManyLearners, Code::FailedPrecondition, "etcdserver: too many learner members in cluster"),
+            (Error::NoSpace, Code::ResourceExhausted, "etcdserver: mvcc: database space exceeded"),
+            (Error::Corrupt, Code::DataLoss, "etcdserver: corrupt cluster"),
         ];
         for (err, code, text) in cases {
             let status = Status::from(err);

@@ -2,6 +2,8 @@
 //!
 //! # Layout
 //!
+//! - [`alarm`]: the alarm table (NOSPACE, CORRUPT) and etcd's quota charges.
+//! - [`hash`]: `Hash` and `HashKV`, identical on every member at the same revision.
 //! - [`revision`]: `(main, sub)` revisions and their byte encoding.
 //! - [`key_index`]: one key's history as generations (with a worked example of compaction).
 //! - [`index`]: the in-memory index of every key, and etcd's key-range forms.
@@ -17,10 +19,12 @@
 //! - [`service`]: the tonic services (KV, Maintenance, Cluster).
 //! - [`watch`]: the Watch service and the [`watch::WatchHub`] the apply path feeds.
 
+pub mod alarm;
 pub mod backend;
 pub mod command;
 pub mod consensus;
 pub mod error;
+pub mod hash;
 pub mod index;
 pub mod key_index;
 pub mod lease;

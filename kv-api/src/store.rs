@@ -13,6 +13,7 @@ use proto::etcdserverpb as pb;
 use proto::mvccpb::event::EventType;
 use proto::mvccpb::{Event, KeyValue};
 
+use crate::alarm::{self, AlarmTable};
 use crate::backend::{Backend, BackendError, Bucket, WriteBatch};
 use crate::command::{Command, CommandResponse};
 use crate::error::{Error, Result};
@@ -22,7 +23,7 @@ use crate::range;
 use crate::revision::Revision;
 use crate::txn;
 
-const META_COMPACT_REV: &[u8] = b"compact_rev";
+pub(crate) const META_COMPACT_REV: &[u8] = b"compact_rev";
 const NEVER_COMPACTED: i64 = -1;
 const ENTRY_PUT: u8 = 0;
 const ENTRY_TOMBSTONE: u8 = 1;
@@ -83,6 +84,8 @@ pub struct MvccStore {
     leases: LeaseTable,
     /// Changes made since the watchers were last told, in revision order (see [`MvccStore::take_events`]).
     events: Vec<Event>,
+    /// Active alarms (NOSPACE refuses what takes space; CORRUPT refuses everything).
+    alarms: AlarmTable,
 }
 
 impl std::fmt::Debug for MvccStore {
@@ -103,6 +106,7 @@ impl MvccStore {
             staged: HashMap::new(),
             events: Vec::new(),
             leases: LeaseTable::default(),
+            alarms: AlarmTable::default(),
         };
         store.load()?;
         Ok(store)
@@ -165,7 +169,27 @@ impl MvccStore {
         for (key, lease) in key_leases {
             self.leases.attach(&key, lease);
         }
+
+        self.alarms.clear();
+        let alarms = &mut self.alarms;
+        self.backend.scan(Bucket::Alarm, &mut |key, _| {
+            match alarm::from_key(key) {
+                Some((member_id, alarm)) => {
+                    alarms.activate(member_id, alarm);
+                }
+                None => failure = Some(Error::Internal("corrupt alarm key".into())),
+            }
+            failure.is_none()
+        })?;
+        if let Some(err) = failure {
+            return Err(err);
+        }
         Ok(())
+    }
+
+    /// The active alarms.
+    pub fn alarms(&self) -> &AlarmTable {
+        &self.alarms
     }
 
     /// A lease and its keys.
@@ -188,6 +212,10 @@ impl MvccStore {
 
     pub fn backend(&self) -> &Arc<dyn Backend> {
         &self.backend
+    }
+
+    pub(crate) fn index(&self) -> &TreeIndex {
+        &self.index
     }
 
     /// Serves a Range at the current revision.
@@ -236,6 +264,16 @@ impl MvccStore {
     /// Applies a write command. Errors are deterministic (every member gets the same) and leave the store
     /// unchanged.
     pub fn apply(&mut self, cmd: &Command) -> Result<CommandResponse> {
+        // etcd's corrupt applier refuses everything, its capped applier (NOSPACE) what takes space; the
+        // alarm requests themselves always pass so that an alarm can be disarmed.
+        if !matches!(cmd, Command::Alarm(_)) {
+            if self.alarms.is_active(pb::AlarmType::Corrupt) {
+                return Err(Error::Corrupt);
+            }
+            if alarm::takes_space(cmd) && self.alarms.is_active(pb::AlarmType::Nospace) {
+                return Err(Error::NoSpace);
+            }
+        }
         match cmd {
             Command::Put(req) => self.apply_put(req).map(CommandResponse::Put),
             Command::DeleteRange(req) => self.apply_delete(req).map(CommandResponse::DeleteRange),
@@ -243,7 +281,33 @@ impl MvccStore {
             Command::Compact(req) => self.compact(req).map(CommandResponse::Compact),
             Command::LeaseGrant(req) => self.lease_grant(req).map(CommandResponse::LeaseGrant),
             Command::LeaseRevoke(req) => self.lease_revoke(req).map(CommandResponse::LeaseRevoke),
+            Command::Alarm(req) => Ok(CommandResponse::Alarm(self.apply_alarm(req))),
         }
+    }
+
+    /// Raises or disarms an alarm. As etcd, the answer lists the alarm when it was (or already is)
+    /// raised, or when it was disarmed; a GET (never proposed) or unknown action changes nothing.
+    fn apply_alarm(&mut self, req: &pb::AlarmRequest) -> pb::AlarmResponse {
+        use pb::alarm_request::AlarmAction;
+        let member = pb::AlarmMember { member_id: req.member_id, alarm: req.alarm };
+        let alarms = match req.action() {
+            AlarmAction::Activate => {
+                if self.alarms.activate(req.member_id, req.alarm) {
+                    self.batch.put(Bucket::Alarm, alarm::key(req.member_id, req.alarm), Vec::new());
+                }
+                vec![member]
+            }
+            AlarmAction::Deactivate => {
+                if self.alarms.deactivate(req.member_id, req.alarm) {
+                    self.batch.delete(Bucket::Alarm, alarm::key(req.member_id, req.alarm));
+                    vec![member]
+                } else {
+                    Vec::new()
+                }
+            }
+            AlarmAction::Get => self.alarms.get(req.alarm),
+        };
+        pb::AlarmResponse { header: None, alarms }
     }
 
     fn begin(&self) -> WriteTxn {

@@ -221,7 +221,9 @@ impl Model {
             }
             Command::Txn(req) => self.txn(req).map(CommandResponse::Txn),
             Command::Compact(req) => self.compact(req.revision).map(CommandResponse::Compact),
-            Command::LeaseGrant(_) | Command::LeaseRevoke(_) => unreachable!("the model generates no lease commands"),
+            Command::LeaseGrant(_) | Command::LeaseRevoke(_) | Command::Alarm(_) => {
+                unreachable!("the model generates no lease or alarm commands")
+            }
         }
     }
 
@@ -615,7 +617,7 @@ fn run(seed: u64) -> Tally {
             Command::Put(req) => validate::check_put(req),
             Command::DeleteRange(req) => validate::check_delete(req),
             Command::Txn(req) => validate::check_txn(req, &limits),
-            Command::Compact(_) | Command::LeaseGrant(_) | Command::LeaseRevoke(_) => Ok(()),
+            Command::Compact(_) | Command::LeaseGrant(_) | Command::LeaseRevoke(_) | Command::Alarm(_) => Ok(()),
         };
         match valid {
             Ok(()) => {}

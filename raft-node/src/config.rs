@@ -88,6 +88,42 @@ pub struct Config {
         value_parser = parse_duration
     )]
     pub experimental_watch_progress_notify_interval: Duration,
+
+    /// Raise alarms when backend size exceeds the given quota (0 defaults to low space quota, 2 GiB;
+    /// negative disables the quota).
+    #[arg(long, env = "ETCD_QUOTA_BACKEND_BYTES", default_value_t = 0, allow_negative_numbers = true)]
+    pub quota_backend_bytes: i64,
+
+    /// Enable to check data corruption before serving any client/peer traffic.
+    #[arg(long, env = "ETCD_EXPERIMENTAL_INITIAL_CORRUPT_CHECK", default_value_t = false, action = clap::ArgAction::Set, num_args = 0..=1, default_missing_value = "true")]
+    pub experimental_initial_corrupt_check: bool,
+
+    /// Duration of time between cluster corruption check passes (0s: never).
+    #[arg(long, env = "ETCD_EXPERIMENTAL_CORRUPT_CHECK_TIME", default_value = "0s", value_parser = parse_duration)]
+    pub experimental_corrupt_check_time: Duration,
+
+    /// Configures log level. Only supports debug, info, warn, error, panic, or fatal (`RUST_LOG`, when
+    /// set, overrides it).
+    #[arg(
+        long,
+        env = "ETCD_LOG_LEVEL",
+        default_value = "info",
+        value_parser = ["debug", "info", "warn", "error", "panic", "fatal"]
+    )]
+    pub log_level: String,
+
+    /// Log line format: 'text', or 'json' (one JSON object a line). Default: 'json' with
+    /// `--logger=zap`, 'text' otherwise.
+    #[arg(long, env = "ETCD_LOG_FORMAT", value_parser = ["json", "text"])]
+    pub log_format: Option<String>,
+
+    /// Specify 'zap' for structured logging (JSON lines, as etcd's zap logger) or 'capnslog' (text).
+    #[arg(long, env = "ETCD_LOGGER", default_value = "capnslog", value_parser = ["zap", "capnslog"])]
+    pub logger: String,
+
+    /// Where logs go: 'default' or 'stderr', 'stdout', or a file path (appended to).
+    #[arg(long, env = "ETCD_LOG_OUTPUTS", default_value = "default")]
+    pub log_outputs: String,
 }
 
 /// A configuration the member cannot start with.
@@ -107,6 +143,23 @@ pub enum ConfigError {
 }
 
 impl Config {
+    /// `--quota-backend-bytes` as it applies: `None` when disabled (negative), etcd's 2 GiB for 0.
+    pub fn quota_backend_bytes(&self) -> Option<u64> {
+        match self.quota_backend_bytes {
+            quota if quota < 0 => None,
+            0 => Some(kv_api::service::quota::DEFAULT_QUOTA_BYTES),
+            quota => Some(quota as u64),
+        }
+    }
+
+    /// Whether log lines are JSON objects (`--log-format`, else `--logger=zap`).
+    pub fn log_json(&self) -> bool {
+        match self.log_format.as_deref() {
+            Some(format) => format == "json",
+            None => self.logger == "zap",
+        }
+    }
+
     pub fn data_dir(&self) -> PathBuf {
         self.data_dir.clone().unwrap_or_else(|| PathBuf::from(format!("{}.etcd", self.name)))
     }
@@ -228,9 +281,27 @@ mod tests {
         assert_eq!(config.max_txn_ops, 128);
         assert_eq!(config.max_request_bytes, 1572864);
         assert_eq!(config.experimental_watch_progress_notify_interval, Duration::from_secs(600));
+        assert_eq!(config.quota_backend_bytes(), Some(2 * 1024 * 1024 * 1024));
+        assert_eq!(config.experimental_corrupt_check_time, Duration::ZERO);
+        assert_eq!(config.log_level, "info");
+        assert!(!config.log_json());
         assert_eq!(socket_addr(&config.listen_client_urls[0]).unwrap(), "127.0.0.1:2379".parse().unwrap());
         let cluster = config.initial_cluster().unwrap();
         assert_eq!(cluster["default"], vec!["http://localhost:2380".to_string()]);
+    }
+
+    #[test]
+    fn quota_and_log_flags_read_as_etcd_reads_them() {
+        assert_eq!(parse(&["--quota-backend-bytes", "-1"]).quota_backend_bytes(), None);
+        assert_eq!(parse(&["--quota-backend-bytes", "65536"]).quota_backend_bytes(), Some(65536));
+        assert!(parse(&["--logger", "zap"]).log_json());
+        assert!(!parse(&["--logger", "zap", "--log-format", "text"]).log_json());
+        assert!(parse(&["--log-format", "json"]).log_json());
+        assert!(!parse(&[]).experimental_initial_corrupt_check);
+        assert!(parse(&["--experimental-initial-corrupt-check"]).experimental_initial_corrupt_check);
+        assert!(!parse(&["--experimental-initial-corrupt-check=false"]).experimental_initial_corrupt_check);
+        let bad = Config::try_parse_from(["raft-node", "--log-level", "verbose"]);
+        assert!(bad.is_err());
     }
 
     #[test]

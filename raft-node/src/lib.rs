@@ -25,6 +25,7 @@
 //! - [`metrics`]: etcd's Prometheus metrics, counted where things happen, and their text exposition.
 //! - [`grpc_metrics`]: the gRPC started/handled counters, a layer around the client services.
 //! - [`lease_expiry`]: the leader's lease expiry loop.
+//! - [`corrupt_check`]: the leader's periodic comparison of every member's `HashKV` (CORRUPT alarm).
 //! - [`logging`]: the binaries' tracing subscriber.
 //! - [`server`]: starting a member and serving the etcd gRPC services.
 
@@ -32,6 +33,7 @@ pub mod authority;
 pub mod bootstrap;
 pub mod config;
 pub mod consensus;
+pub mod corrupt_check;
 pub mod dial;
 pub mod election;
 pub mod forward;

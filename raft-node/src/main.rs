@@ -5,6 +5,7 @@ use raft_node::config::Config;
 
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
-    raft_node::logging::init();
-    raft_node::server::run(Config::parse(), raft_node::server::shutdown_signal()).await
+    let config = Config::parse();
+    raft_node::logging::init(&raft_node::logging::LogSettings::from_config(&config))?;
+    raft_node::server::run(config, raft_node::server::shutdown_signal()).await
 }

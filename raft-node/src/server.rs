@@ -136,7 +136,9 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> anyhow::
         version: config.emulated_version.clone(),
         // etcd: a lease lives at least 1.5 election timeouts, rounded up to whole seconds.
         min_lease_ttl: (config.election_timeout * 3).div_ceil(2000) as i64,
+        quota_backend_bytes: config.quota_backend_bytes(),
     };
+    log_quota(&config);
     let max_message = config.max_request_bytes + GRPC_OVERHEAD_BYTES;
     let require_leader = {
         let consensus = consensus.clone();
@@ -150,6 +152,10 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> anyhow::
     };
     let lease = pb::lease_server::LeaseServer::new(LeaseService::new(consensus.clone(), store.clone(), api.clone()));
     tokio::spawn(lease_expiry::expire_leases(leader.clone()));
+    if !config.experimental_corrupt_check_time.is_zero() {
+        let interval = config.experimental_corrupt_check_time;
+        tokio::spawn(crate::corrupt_check::check_periodically(consensus.clone(), store.clone(), interval));
+    }
     let kv = pb::kv_server::KvServer::new(KvService::new(consensus.clone(), store.clone(), api.clone()))
         .max_decoding_message_size(usize::MAX)
         .max_encoding_message_size(usize::MAX);
@@ -230,6 +236,9 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> anyhow::
         () = &mut shutdown => false,
         () = publish(consensus.clone(), raft.clone(), identity.member_id, config.clone()) => true,
     };
+    if published && config.experimental_initial_corrupt_check {
+        crate::corrupt_check::check_initially(&consensus, &store).await?;
+    }
     if published {
         for (addr, listener, tls) in client_listeners {
             info!(%addr, tls = tls.is_some(), "serving client requests");
@@ -288,6 +297,23 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> anyhow::
     while servers.join_next().await.is_some() {}
     raft.shutdown().await.context("stopping Raft")?;
     outcome
+}
+
+/// etcd's startup note on the backend quota, with its warning past the suggested maximum.
+fn log_quota(config: &Config) {
+    /// Above this etcd warns that the quota may degrade performance.
+    const MAX_QUOTA_BYTES: u64 = 8 * 1024 * 1024 * 1024;
+    match config.quota_backend_bytes() {
+        None => info!(quota_size_bytes = config.quota_backend_bytes, "disabled backend quota"),
+        Some(quota) if quota > MAX_QUOTA_BYTES => {
+            warn!(
+                quota_size_bytes = quota,
+                quota_maximum_size_bytes = MAX_QUOTA_BYTES,
+                "quota exceeds the maximum value"
+            )
+        }
+        Some(quota) => info!(quota_size_bytes = quota, "enabled backend quota"),
+    }
 }
 
 /// Resolves once this member, having been part of the membership, is no longer in it (as etcd, a removed

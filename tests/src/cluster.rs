@@ -49,12 +49,14 @@ pub struct ClusterConfig {
     pub timing: Option<Timing>,
     /// `--snapshot-count`.
     pub snapshot_count: Option<u64>,
+    /// More flags every member gets, passed as given.
+    pub extra_args: Vec<String>,
 }
 
 impl ClusterConfig {
     /// `size` members of the `KV_TEST_SERVER` kind with default flags.
     pub fn new(size: usize) -> ClusterConfig {
-        ClusterConfig { kind: ServerKind::from_env(), size, timing: None, snapshot_count: None }
+        ClusterConfig { kind: ServerKind::from_env(), size, timing: None, snapshot_count: None, extra_args: Vec::new() }
     }
 }
 
@@ -268,6 +270,7 @@ impl Cluster {
         if let Some(count) = self.config.snapshot_count {
             args.push(format!("--snapshot-count={count}"));
         }
+        args.extend(self.config.extra_args.iter().cloned());
         args
     }
 

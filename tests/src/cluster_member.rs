@@ -190,6 +190,11 @@ impl ClusterMember {
         }
     }
 
+    /// Adds flags for the next (re)start.
+    pub fn add_args(&mut self, args: &[&str]) {
+        self.args.extend(args.iter().map(|arg| arg.to_string()));
+    }
+
     /// Kills the process if it runs, starts it again with the same flags on the same data dir and
     /// waits until it answers Status. It may still be catching up.
     pub async fn restart(&mut self) -> anyhow::Result<()> {

@@ -28,11 +28,18 @@ pub struct MemberConfig {
     pub max_txn_ops: Option<u32>,
     /// `--max-request-bytes`.
     pub max_request_bytes: Option<u64>,
+    /// More flags, passed as given (e.g. `--quota-backend-bytes=...`).
+    pub extra_args: Vec<String>,
 }
 
 impl Default for MemberConfig {
     fn default() -> Self {
-        MemberConfig { kind: ServerKind::from_env(), max_txn_ops: None, max_request_bytes: None }
+        MemberConfig {
+            kind: ServerKind::from_env(),
+            max_txn_ops: None,
+            max_request_bytes: None,
+            extra_args: Vec::new(),
+        }
     }
 }
 
@@ -175,6 +182,7 @@ impl Member {
         if let Some(bytes) = self.config.max_request_bytes {
             args.push(format!("--max-request-bytes={bytes}"));
         }
+        args.extend(self.config.extra_args.iter().cloned());
         args
     }
 

@@ -51,7 +51,9 @@ impl<C: Consensus> LeaseService<C> {
                 }
             };
         }
-        match self.propose(Command::LeaseGrant(req)).await? {
+        let cmd = Command::LeaseGrant(req);
+        crate::service::quota::check(&*self.consensus, &self.store, self.config.quota_backend_bytes, &cmd).await?;
+        match self.propose(cmd).await? {
             CommandResponse::LeaseGrant(mut resp) => {
                 fill_header(&*self.consensus, &self.store, &mut resp.header);
                 Ok(resp)

@@ -34,6 +34,7 @@ impl<C: Consensus> KvService<C> {
     async fn propose(&self, cmd: Command, encoded_len: usize) -> Result<CommandResponse> {
         self.refuse_learner()?;
         validate::check_size(encoded_len, &self.config.limits)?;
+        super::quota::check(&*self.consensus, &self.store, self.config.quota_backend_bytes, &cmd).await?;
         self.consensus.propose(cmd).await
     }
 

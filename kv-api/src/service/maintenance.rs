@@ -1,4 +1,4 @@
-//! `etcdserverpb.Maintenance`: Status and alarm listing; the rest arrives with the operations issue.
+//! `etcdserverpb.Maintenance`: Status, alarms, defragmentation, hashes and leader transfer.
 
 use std::pin::Pin;
 use std::sync::Arc;
@@ -7,8 +7,11 @@ use futures::Stream;
 use proto::etcdserverpb as pb;
 use tonic::{Request, Response, Status};
 
-use super::{current_header, ApiConfig};
+use super::{current_header, fill_header, ApiConfig};
+use crate::command::{Command, CommandResponse};
 use crate::consensus::{Consensus, SharedStore};
+use crate::error::{Error, Result};
+use crate::{alarm, hash};
 
 pub struct MaintenanceService<C> {
     consensus: Arc<C>,
@@ -24,6 +27,40 @@ impl<C: Consensus> MaintenanceService<C> {
     fn header(&self) -> Option<pb::ResponseHeader> {
         current_header(&*self.consensus, &self.store)
     }
+
+    /// GET is answered from this member's table once it has applied everything committed (etcd sends it
+    /// through Raft); ACTIVATE and DEACTIVATE go through the log. etcd 3.4 answers without a header.
+    async fn alarm(&self, req: pb::AlarmRequest) -> Result<pb::AlarmResponse> {
+        use pb::alarm_request::AlarmAction;
+        match req.action() {
+            AlarmAction::Get => {
+                self.consensus.read_barrier().await?;
+                Ok(pb::AlarmResponse { header: None, alarms: self.store.read().alarms().get(req.alarm) })
+            }
+            AlarmAction::Activate | AlarmAction::Deactivate => match self.consensus.propose(Command::Alarm(req)).await?
+            {
+                CommandResponse::Alarm(resp) => Ok(resp),
+                other => Err(Error::Internal(format!("apply answered an alarm with {other:?}"))),
+            },
+        }
+    }
+
+    /// Runs `f` on the store with everything apply staged committed first, on a blocking thread (hashes
+    /// scan the whole backend; a defragmentation rewrites it). `f` runs under the store's write lock, so
+    /// apply waits meanwhile: the backend does not change under it.
+    async fn committed<T: Send + 'static>(
+        &self,
+        f: impl FnOnce(&mut crate::MvccStore) -> Result<T> + Send + 'static,
+    ) -> Result<T> {
+        let store = self.store.clone();
+        tokio::task::spawn_blocking(move || {
+            let mut store = store.write();
+            store.commit()?;
+            f(&mut store)
+        })
+        .await
+        .map_err(|e| Error::Internal(format!("store task failed: {e}")))?
+    }
 }
 
 fn not_yet(what: &str) -> Status {
@@ -35,23 +72,22 @@ type SnapshotStream = Pin<Box<dyn Stream<Item = Result<pb::SnapshotResponse, Sta
 #[tonic::async_trait]
 impl<C: Consensus> pb::maintenance_server::Maintenance for MaintenanceService<C> {
     async fn alarm(&self, request: Request<pb::AlarmRequest>) -> Result<Response<pb::AlarmResponse>, Status> {
-        match request.into_inner().action() {
-            // No alarm can be raised yet (the quota arrives with the operations issue), so none is active.
-            pb::alarm_request::AlarmAction::Get | pb::alarm_request::AlarmAction::Deactivate => {
-                // etcd 3.4 answers alarms without a header.
-                Ok(Response::new(pb::AlarmResponse { header: None, alarms: vec![] }))
-            }
-            pb::alarm_request::AlarmAction::Activate => Err(not_yet("raising alarms")),
-        }
+        Ok(Response::new(self.alarm(request.into_inner()).await?))
     }
 
     async fn status(&self, _request: Request<pb::StatusRequest>) -> Result<Response<pb::StatusResponse>, Status> {
         let raft = self.consensus.raft_status();
-        let db_size = self.store.read().backend().size_bytes() as i64;
+        let (db_size, db_size_in_use, alarms) = {
+            let store = self.store.read();
+            let backend = store.backend();
+            (backend.size_bytes() as i64, backend.size_in_use_bytes() as i64, store.alarms().get(0))
+        };
         let mut errors = Vec::new();
         if raft.leader == 0 {
-            errors.push(crate::error::Error::NoLeader.to_string());
+            errors.push(Error::NoLeader.to_string());
         }
+        // As etcd, the active alarms are reported as errors too.
+        errors.extend(alarms.iter().map(alarm::describe));
         Ok(Response::new(pb::StatusResponse {
             header: self.header(),
             version: self.config.version.clone(),
@@ -61,24 +97,42 @@ impl<C: Consensus> pb::maintenance_server::Maintenance for MaintenanceService<C>
             raft_term: raft.raft_term,
             raft_applied_index: raft.raft_applied_index,
             errors,
-            db_size_in_use: db_size,
+            db_size_in_use,
             is_learner: raft.is_learner,
         }))
     }
 
+    /// Rewrites this member's backend to give back the space compaction freed; the member serves
+    /// nothing from the store meanwhile (etcd's defragmentation blocks it too). etcd answers without a
+    /// header.
     async fn defragment(
         &self,
         _request: Request<pb::DefragmentRequest>,
     ) -> Result<Response<pb::DefragmentResponse>, Status> {
-        Err(not_yet("Defragment"))
+        let (before, after) = self
+            .committed(|store| {
+                let before = store.backend().size_bytes();
+                store.backend().defragment()?;
+                Ok((before, store.backend().size_bytes()))
+            })
+            .await?;
+        tracing::info!(before, after, "defragmented the backend");
+        Ok(Response::new(pb::DefragmentResponse { header: None }))
     }
 
     async fn hash(&self, _request: Request<pb::HashRequest>) -> Result<Response<pb::HashResponse>, Status> {
-        Err(not_yet("Hash"))
+        let (hash, revision) = self.committed(|store| hash::hash(store)).await?;
+        let mut header = Some(pb::ResponseHeader { revision, ..Default::default() });
+        fill_header(&*self.consensus, &self.store, &mut header);
+        Ok(Response::new(pb::HashResponse { header, hash }))
     }
 
-    async fn hash_kv(&self, _request: Request<pb::HashKvRequest>) -> Result<Response<pb::HashKvResponse>, Status> {
-        Err(not_yet("HashKV"))
+    async fn hash_kv(&self, request: Request<pb::HashKvRequest>) -> Result<Response<pb::HashKvResponse>, Status> {
+        let revision = request.into_inner().revision;
+        let kv = self.committed(move |store| hash::hash_kv(store, revision)).await?;
+        let mut header = Some(pb::ResponseHeader { revision: kv.current_revision, ..Default::default() });
+        fill_header(&*self.consensus, &self.store, &mut header);
+        Ok(Response::new(pb::HashKvResponse { header, hash: kv.hash, compact_revision: kv.compact_revision }))
     }
 
     type SnapshotStream = SnapshotStream;

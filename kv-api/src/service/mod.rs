@@ -5,6 +5,7 @@ pub mod cluster;
 pub mod kv;
 pub mod limit;
 pub mod maintenance;
+pub mod quota;
 
 use proto::etcdserverpb as pb;
 
@@ -34,10 +35,17 @@ pub struct ApiConfig {
     pub version: String,
     /// The shortest lease TTL granted, in seconds (etcd: 1.5 election timeouts, rounded up).
     pub min_lease_ttl: i64,
+    /// `--quota-backend-bytes` as it applies (`None`: no quota, etcd's negative value).
+    pub quota_backend_bytes: Option<u64>,
 }
 
 impl Default for ApiConfig {
     fn default() -> Self {
-        Self { limits: Default::default(), version: crate::ETCD_VERSION.to_string(), min_lease_ttl: 2 }
+        Self {
+            limits: Default::default(),
+            version: crate::ETCD_VERSION.to_string(),
+            min_lease_ttl: 2,
+            quota_backend_bytes: Some(quota::DEFAULT_QUOTA_BYTES),
+        }
     }
 }

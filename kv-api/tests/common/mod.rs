@@ -147,6 +147,7 @@ pub fn header_revision(resp: &CommandResponse) -> i64 {
         CommandResponse::Compact(r) => r.header,
         CommandResponse::LeaseGrant(r) => r.header,
         CommandResponse::LeaseRevoke(r) => r.header,
+        CommandResponse::Alarm(r) => r.header,
     };
     header.expect("apply fills the header").revision
 }

@@ -46,8 +46,9 @@ fn member_args(args: &Args, name: &str, client: u16, peer: u16) -> Vec<String> {
 
 /// One member: the same flags and logging as the `raft-node` binary.
 async fn run_member() -> anyhow::Result<()> {
-    raft_node::logging::init();
-    raft_node::server::run(raft_node::config::Config::parse(), raft_node::server::shutdown_signal()).await
+    let config = raft_node::config::Config::parse();
+    raft_node::logging::init(&raft_node::logging::LogSettings::from_config(&config))?;
+    raft_node::server::run(config, raft_node::server::shutdown_signal()).await
 }
 
 /// Copies a child's output to ours, each line prefixed with the member's name.

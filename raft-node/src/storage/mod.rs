@@ -1,30 +1,32 @@
-//! Durable state of a member, all in one sled database.
+//! Durable state of a member: the Raft log's sled database (`member/db`) and the MVCC store's
+//! (`member/db.kv`).
 //!
 //! # Layout
 //!
-//! - [`sled_backend`]: [`SledBackend`], the [`kv_api::Backend`] under the MVCC store (tree `kv`).
+//! - [`sled_backend`]: [`SledBackend`], the [`kv_api::Backend`] under the MVCC store, in a database of
+//!   its own so that it can be defragmented (rebuilt into a fresh database) while the log keeps going.
 //! - [`log_store`]: [`LogStore`], the Raft log (tree `logs`), vote, committed and purged ids (`raft_state`).
 //! - [`state_machine`]: [`StateMachine`], applying committed entries to the MVCC store, and snapshots.
 //! - [`snapshot`]: the snapshot format (one place for its encoding) and the current snapshot (`snapshot`).
 //!
-//! # Why one database
+//! # Why nothing acknowledged is lost
 //!
-//! The log store and the MVCC store's backend share one sled [`sled::Db`], and so one sled write-ahead
-//! log. sled recovers a *prefix* of its writes after a crash, and a flush makes every earlier write of
-//! every tree durable. Together with two rules this gives invariant 3 of the design:
+//! Invariant 3 of the design rests on these rules:
 //!
 //! - the state machine commits applied data and the applied log id (plus membership) in **one atomic
 //!   batch** ([`kv_api::MvccStore::commit`]), so they never disagree on disk. Like etcd's backend it
 //!   commits every 100 ms or 10,000 writes rather than per apply (until then reads see the staged
 //!   writes), and always before it builds a snapshot;
-//! - every log append is **flushed before it is acknowledged** to openraft.
+//! - every log append is **flushed before it is acknowledged** to openraft;
+//! - the store is made durable ([`kv_api::Backend::sync`]) before anything lets openraft purge the log:
+//!   after a snapshot build commits it, and when a snapshot is installed.
 //!
-//! The state machine itself never flushes: whatever it wrote before the latest log flush is durable, and
-//! whatever it wrote after may be lost, but then it is lost together with everything that followed it.
-//! A restarting member finds a consistent store whose applied id is at most the last durable log entry;
-//! openraft replays the log from the applied id onwards. The log still holds those entries: openraft
-//! purges only what a snapshot covers, and a snapshot build commits the store first (sled keeps that
-//! commit if it keeps the later purge).
+//! The state machine itself does not flush on every commit: sled's flusher persists its writes within
+//! half a second. A restarting member finds a consistent store whose applied id may be behind the log:
+//! openraft replays the log from the applied id onwards, and the log still holds those entries (it is
+//! purged only up to a snapshot, which was synced first). It may also be ahead of the durable log (a
+//! follower applies what the cluster committed, possibly before its own append was flushed): openraft
+//! then starts from the applied id, which is committed history.
 
 // openraft's `StorageError` is large, and its traits return it: boxing ours would only add conversions.
 #![allow(clippy::result_large_err)]
@@ -60,7 +62,8 @@ const CACHE_BYTES: u64 = 64 * 1024 * 1024;
 /// store the services read, all on one sled database (see the module doc for why).
 pub fn open(dir: &Path) -> Result<(LogStore, StateMachine, SharedStore), StorageError> {
     let db = sled::Config::new().path(dir).cache_capacity(CACHE_BYTES).open().map_err(|e| StorageIOError::read(&e))?;
-    let backend = SledBackend::open(&db).map_err(|e| StorageIOError::read_state_machine(&e))?;
+    let backend =
+        SledBackend::open(&dir.with_extension("kv"), &db).map_err(|e| StorageIOError::read_state_machine(&e))?;
     let store = MvccStore::open(Arc::new(backend)).map_err(|e| StorageIOError::read_state_machine(&e))?;
     let store: SharedStore = Arc::new(RwLock::new(store));
     let log_store = LogStore::open(&db)?;

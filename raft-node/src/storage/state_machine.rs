@@ -173,6 +173,11 @@ impl RaftSnapshotBuilder<TypeConfig> for SnapshotBuilder {
         let content = blocking(move || {
             let mut store = store.write();
             store.commit().map_err(|e| StorageIOError::write_state_machine(&io::Error::other(e.to_string())))?;
+            // Durable before openraft purges the log this snapshot covers.
+            store
+                .backend()
+                .sync()
+                .map_err(|e| StorageIOError::write_state_machine(&io::Error::other(e.to_string())))?;
             let store = parking_lot::RwLockWriteGuard::downgrade(store);
             let (last_applied, membership) = read_applied(&store)?;
             let entries = store.export().map_err(|e| StorageIOError::read_state_machine(&e))?;

@@ -22,6 +22,7 @@ mod lease_client;
 mod lease_etcdctl;
 mod lease_expiry;
 mod maintenance;
+mod maintenance_quota;
 mod tls;
 mod util;
 mod watch_client;

@@ -1,0 +1,193 @@
+//! `Hash` and `HashKV`: checksums of a member's data that every member computes alike at the same
+//! revision, so that a member whose data diverged shows (etcd's corruption check compares them).
+//!
+//! Both are CRC-32C (Castagnoli, as etcd) over the committed backend content; the caller commits what
+//! apply staged first. The values differ from etcd's (our backend encodes values differently), but two
+//! of our members with the same history always agree.
+//!
+//! - [`hash_kv`] follows etcd's `HashByRev`: the key bucket's entries with a main revision up to `rev`,
+//!   except, below the compacted revision, those a compaction at `rev` would not keep. A member that
+//!   already compacted and one that has not yet give the same value once both report the same
+//!   `compact_revision`.
+//! - [`hash`] covers everything the log decides: the key, lease and alarm buckets, and the compacted
+//!   revision. It leaves out the Raft bookkeeping the embedding layer keeps in the meta bucket (the
+//!   applied log id and membership), which each member commits at its own pace.
+
+use std::collections::HashSet;
+
+use crate::backend::Bucket;
+use crate::error::{Error, Result};
+use crate::index::KeyRange;
+use crate::revision::Revision;
+use crate::store::{MvccStore, META_COMPACT_REV};
+
+/// What `HashKV` answers.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct KvHash {
+    pub hash: u32,
+    /// The store's revision when the hash was taken (etcd's header revision).
+    pub current_revision: i64,
+    pub compact_revision: i64,
+}
+
+/// etcd's `HashByRev(rev)`; `rev` 0 means the current revision.
+pub fn hash_kv(store: &MvccStore, rev: i64) -> Result<KvHash> {
+    committed_only(store)?;
+    let (current, compacted) = (store.current_revision(), store.compacted_revision());
+    if rev > 0 && rev <= compacted {
+        return Err(Error::Compacted);
+    }
+    if rev > current {
+        return Err(Error::FutureRevision);
+    }
+    let rev = if rev == 0 { current } else { rev };
+    // What a compaction at `rev` would keep: each live key's newest revision.
+    let keep: HashSet<Revision> =
+        store.index().range(KeyRange::new(&[0], &[0]), rev).map(|(_, at)| at.modified).collect();
+    let mut crc = Crc32c::default();
+    crc.update(b"key");
+    store.backend().scan(Bucket::Key, &mut |key, value| {
+        let Some(kr) = Revision::from_bytes(key) else { return true };
+        if kr.main > rev {
+            return false;
+        }
+        if kr.main <= compacted && !keep.is_empty() && !keep.contains(&kr) {
+            return true;
+        }
+        crc.update(key);
+        crc.update(value);
+        true
+    })?;
+    Ok(KvHash { hash: crc.finish(), current_revision: current, compact_revision: compacted })
+}
+
+/// etcd's `Hash`: the whole content the log decides (see the module doc); also returns the current
+/// revision.
+pub fn hash(store: &MvccStore) -> Result<(u32, i64)> {
+    committed_only(store)?;
+    let mut crc = Crc32c::default();
+    for bucket in [Bucket::Key, Bucket::Lease, Bucket::Alarm] {
+        crc.update(&[bucket.tag()]);
+        store.backend().scan(bucket, &mut |key, value| {
+            crc.update(key);
+            crc.update(value);
+            true
+        })?;
+    }
+    crc.update(&[Bucket::Meta.tag()]);
+    crc.update(META_COMPACT_REV);
+    crc.update(&store.compacted_revision().to_be_bytes());
+    Ok((crc.finish(), store.current_revision()))
+}
+
+fn committed_only(store: &MvccStore) -> Result<()> {
+    if store.staged_writes() > 0 {
+        return Err(Error::Internal("hashing a store with uncommitted writes".into()));
+    }
+    Ok(())
+}
+
+/// CRC-32C, bit by bit over a 256-entry table (hashing is rare: no need for a faster one).
+struct Crc32c {
+    table: [u32; 256],
+    crc: u32,
+}
+
+impl Default for Crc32c {
+    fn default() -> Self {
+        const POLY: u32 = 0x82F6_3B78; // Castagnoli, reflected.
+        let mut table = [0u32; 256];
+        for (i, slot) in table.iter_mut().enumerate() {
+            let mut c = i as u32;
+            for _ in 0..8 {
+                c = if c & 1 != 0 { (c >> 1) ^ POLY } else { c >> 1 };
+            }
+            *slot = c;
+        }
+        Self { table, crc: !0 }
+    }
+}
+
+impl Crc32c {
+    fn update(&mut self, bytes: &[u8]) {
+        for &b in bytes {
+            self.crc = self.table[((self.crc ^ b as u32) & 0xff) as usize] ^ (self.crc >> 8);
+        }
+    }
+
+    fn finish(&self) -> u32 {
+        !self.crc
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use proto::etcdserverpb as pb;
+
+    use super::*;
+    use crate::backend::MemBackend;
+    use crate::Command;
+
+    #[test]
+    fn crc32c_matches_the_standard_check_value() {
+        let mut crc = Crc32c::default();
+        crc.update(b"123456789");
+        assert_eq!(crc.finish(), 0xE306_9283);
+    }
+
+    fn put(key: &str, value: &str) -> Command {
+        Command::Put(pb::PutRequest { key: key.into(), value: value.into(), ..Default::default() })
+    }
+
+    fn store_with(commands: &[Command]) -> MvccStore {
+        let mut store = MvccStore::open(Arc::new(MemBackend::default())).expect("open");
+        for command in commands {
+            store.apply(command).expect("apply");
+        }
+        store.commit().expect("commit");
+        store
+    }
+
+    #[test]
+    fn hash_kv_ignores_what_compaction_removed_and_what_came_after() {
+        let history = [put("a", "1"), put("a", "2"), put("b", "1"), put("a", "3")];
+        let full = store_with(&history);
+        let compact = Command::Compact(pb::CompactionRequest { revision: 4, physical: false });
+        let compacted = store_with(&[&history[..], &[compact]].concat());
+        let later = store_with(&[&history[..], &[put("c", "1")]].concat());
+
+        // Before and after compaction at 4, the hash at 5 covers what a compaction at 5 keeps.
+        let at5 = hash_kv(&full, 5).expect("hash");
+        assert_eq!(at5.current_revision, 5);
+        assert_eq!(at5.compact_revision, -1);
+        let after = hash_kv(&compacted, 5).expect("hash");
+        assert_eq!(after.compact_revision, 4);
+        // Full history at 5 differs from the compacted one only through revisions no longer kept.
+        assert_ne!(at5.hash, after.hash);
+        // A later write does not change the hash at an older revision.
+        assert_eq!(hash_kv(&later, 5).expect("hash").hash, at5.hash);
+        assert_eq!(hash_kv(&later, 0).expect("hash").current_revision, 6);
+        assert_ne!(hash_kv(&later, 0).expect("hash").hash, at5.hash);
+        // Different values, different hashes.
+        let other = store_with(&[put("a", "1"), put("a", "2"), put("b", "1"), put("a", "x")]);
+        assert_ne!(hash_kv(&other, 5).expect("hash").hash, at5.hash);
+
+        assert_eq!(hash_kv(&compacted, 4), Err(Error::Compacted));
+        assert_eq!(hash_kv(&compacted, 6), Err(Error::FutureRevision));
+    }
+
+    #[test]
+    fn hash_covers_data_leases_and_alarms_alike_on_equal_stores() {
+        let history = [put("a", "1"), Command::LeaseGrant(pb::LeaseGrantRequest { ttl: 10, id: 7 })];
+        let (one, two) = (store_with(&history), store_with(&history));
+        assert_eq!(hash(&one).expect("hash"), hash(&two).expect("hash"));
+        let alarm = Command::Alarm(pb::AlarmRequest { action: 1, member_id: 1, alarm: 1 });
+        let raised = store_with(&[&history[..], &[alarm]].concat());
+        assert_ne!(hash(&raised).expect("hash").0, hash(&one).expect("hash").0);
+        let mut uncommitted = store_with(&history);
+        uncommitted.apply(&put("b", "2")).expect("apply");
+        assert!(hash(&uncommitted).is_err());
+    }
+}
