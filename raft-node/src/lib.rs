@@ -20,6 +20,7 @@
 //! - [`lease_expiry`]: the leader's lease expiry loop.
 //! - [`logging`]: the binaries' tracing subscriber.
 //! - [`server`]: starting a member and serving the etcd gRPC services.
+//! - [`restore`]: a new member's data dir from a snapshot file (`snapshot restore`).
 
 pub mod authority;
 pub mod bootstrap;
@@ -36,6 +37,7 @@ pub mod member_id;
 pub mod network;
 pub mod peer_service;
 pub mod read_index;
+pub mod restore;
 pub mod server;
 pub mod storage;
 pub mod typ;

@@ -5,6 +5,7 @@ pub mod cluster;
 pub mod kv;
 pub mod limit;
 pub mod maintenance;
+pub mod snapshot;
 
 use proto::etcdserverpb as pb;
 
