@@ -16,6 +16,7 @@
 //!   `pause`/`resume` (SIGSTOP/SIGCONT), Status.
 //! - `process`: free ports, log files and signals, shared by both kinds of member.
 //! - [`etcdctl`]: runs `/usr/bin/etcdctl` against a member and captures its output.
+//! - [`kvctl`]: finds our `kvctl` binary (`KVCTL_BIN`, or next to the test executable).
 //! - [`diff`]: a line diff for failure messages.
 //! - [`grpc`]: pulls the gRPC code and message out of an `etcd_client::Error`.
 //! - [`normalize`]: masks member-specific values (IDs, ports, terms, timings) so that the outputs of
@@ -27,13 +28,14 @@ pub mod cluster_member;
 pub mod diff;
 pub mod etcdctl;
 pub mod grpc;
+pub mod kvctl;
 pub mod member;
 pub mod normalize;
 mod process;
 pub mod server;
 pub mod table;
 
-pub use cluster::{Cluster, ClusterConfig, Timing};
+pub use cluster::{Bootstrap, Cluster, ClusterConfig, Timing};
 pub use cluster_member::{ClusterMember, MemberStatus};
 pub use etcdctl::CtlOutput;
 pub use grpc::{assert_grpc_error, grpc_error};

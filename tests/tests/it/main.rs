@@ -20,6 +20,7 @@ mod lease_client;
 mod lease_etcdctl;
 mod lease_expiry;
 mod maintenance;
+mod snapshot;
 mod util;
 mod watch_client;
 mod watch_cluster;
