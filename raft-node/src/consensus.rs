@@ -194,8 +194,8 @@ impl kv_api::Consensus for RaftConsensus {
 
     async fn snapshot(&self) -> kv_api::Result<SnapshotFile> {
         let (store, dir) = (self.route.leader.store.clone(), self.snapshot_dir.clone());
-        let written = tokio::task::spawn_blocking(move || snapshot_file::write(&store, &dir)).await;
-        match written {
+        let write = move || snapshot_file::write(&store, &dir).map_err(|e| e.to_string());
+        match tokio::task::spawn_blocking(write).await {
             Ok(Ok((file, size))) => Ok(SnapshotFile { file, size }),
             Ok(Err(err)) => Err(Error::Internal(format!("snapshot: {err}"))),
             Err(err) => Err(Error::Internal(format!("snapshot: {err}"))),

@@ -216,7 +216,10 @@ mod tests {
         }
     }
 
-    fn kvs(store: &SharedStore) -> Vec<(Vec<u8>, Vec<u8>, i64, i64, i64)> {
+    /// Key, value, create and mod revisions, lease.
+    type Row = (Vec<u8>, Vec<u8>, i64, i64, i64);
+
+    fn kvs(store: &SharedStore) -> Vec<Row> {
         let req = pb::RangeRequest { key: vec![0], range_end: vec![0], ..Default::default() };
         let resp = store.read().range(&req).expect("range");
         resp.kvs.into_iter().map(|kv| (kv.key, kv.value, kv.create_revision, kv.mod_revision, kv.lease)).collect()

@@ -67,6 +67,12 @@ const SECTOR: u64 = 512;
 pub const DIGEST_BYTES: u64 = 32;
 const WRITE_BUFFER: usize = 1 << 20;
 
+/// One entry of a bucket of the store: what a record holds.
+pub type Record = (Bucket, Vec<u8>, Vec<u8>);
+
+/// Called on each record read: its bucket, key and value.
+pub type Visit<'a> = dyn FnMut(Bucket, &[u8], &[u8]) -> io::Result<()> + 'a;
+
 /// What the header says about the copy.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct Header {
@@ -236,11 +242,7 @@ impl<W: Write> Writer<W> {
 /// Reads the file at `path` to its end, calling `visit` on every record, and checks it (its digest
 /// unless `check_digest` is false). `visit` sees records before the digest is known: check a file with
 /// a first pass (a `visit` that does nothing) before acting on its records.
-pub fn read(
-    path: &Path,
-    check_digest: bool,
-    visit: &mut dyn FnMut(Bucket, &[u8], &[u8]) -> io::Result<()>,
-) -> Result<Summary, FileError> {
+pub fn read(path: &Path, check_digest: bool, visit: &mut Visit<'_>) -> Result<Summary, FileError> {
     let shown = path.display().to_string();
     let io_err = |op: &'static str| {
         let path = shown.clone();
@@ -338,10 +340,7 @@ impl<R: Read> BodyReader<R> {
     }
 }
 
-fn parse<R: Read>(
-    reader: &mut BodyReader<R>,
-    visit: &mut dyn FnMut(Bucket, &[u8], &[u8]) -> io::Result<()>,
-) -> Result<(Header, u64, u32), ParseError> {
+fn parse<R: Read>(reader: &mut BodyReader<R>, visit: &mut Visit<'_>) -> Result<(Header, u64, u32), ParseError> {
     if reader.left < HEADER_BYTES || reader.bytes::<8>()? != MAGIC {
         return Err(invalid("not a snapshot file").into());
     }
@@ -428,7 +427,7 @@ mod tests {
 
     const HEADER: Header = Header { revision: 9, compact_revision: 4, applied_index: 17, applied_term: 3 };
 
-    fn records() -> Vec<(Bucket, Vec<u8>, Vec<u8>)> {
+    fn records() -> Vec<Record> {
         vec![
             (Bucket::Key, b"rev-1".to_vec(), b"value one".to_vec()),
             (Bucket::Key, b"rev-2".to_vec(), vec![0; 3000]),
@@ -454,7 +453,7 @@ mod tests {
         (dir, path)
     }
 
-    fn read_all(bytes: &[u8], check_digest: bool) -> Result<(Summary, Vec<(Bucket, Vec<u8>, Vec<u8>)>), FileError> {
+    fn read_all(bytes: &[u8], check_digest: bool) -> Result<(Summary, Vec<Record>), FileError> {
         let (_dir, path) = file_with(bytes);
         let mut seen = Vec::new();
         let summary = read(&path, check_digest, &mut |bucket, key, value| {

@@ -16,6 +16,7 @@ use openraft::storage::RaftStateMachine;
 use openraft::{EntryPayload, RaftSnapshotBuilder, StorageIOError};
 
 use crate::storage::snapshot::{CurrentSnapshot, SnapshotContent};
+use crate::storage::snapshot_file::Record;
 use crate::storage::{decode, encode};
 use crate::typ::{Applied, Entry, LogId, Snapshot, SnapshotMeta, StorageError, StoredMembership, TypeConfig};
 
@@ -180,7 +181,7 @@ pub(crate) fn is_bookkeeping(bucket: Bucket, key: &[u8]) -> bool {
 pub(crate) fn bookkeeping(
     applied: &Option<LogId>,
     membership: &StoredMembership,
-) -> Result<[(Bucket, Vec<u8>, Vec<u8>); 2], bincode::error::EncodeError> {
+) -> Result<[Record; 2], bincode::error::EncodeError> {
     Ok([
         (Bucket::Meta, META_APPLIED.to_vec(), encode(applied)?),
         (Bucket::Meta, META_MEMBERSHIP.to_vec(), encode(membership)?),

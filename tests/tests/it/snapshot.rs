@@ -182,7 +182,7 @@ async fn a_cluster_restored_from_etcdctls_snapshot_serves_the_same_keys_and_revi
     // Every revision kept since the compaction, plus bookkeeping and the lease.
     assert!(total_keys >= 11, "total keys {total_keys}");
 
-    let restored = Cluster::start_prepared(ClusterConfig::new(3), |member| restore(kind, &file, member)).await?;
+    let mut restored = Cluster::start_prepared(ClusterConfig::new(3), |member| restore(kind, &file, member)).await?;
     restored.wait_converged(&[0, 1, 2]).await?;
     let mut new_ids = Vec::new();
     for i in 0..3 {
@@ -211,5 +211,16 @@ async fn a_cluster_restored_from_etcdctls_snapshot_serves_the_same_keys_and_revi
     assert_eq!(ttl.keys(), [b"leased".to_vec()]);
     let next = header(client.put("key/8", "restored", None).await?.header()).revision();
     assert_eq!(next, revision + 1, "the restored cluster continues the revisions");
+    let (want, _) = everything(restored.member(leader)).await?;
+
+    // A restarted member recovers from its restored data dir; a member added later has no log to
+    // replay from the start and gets the store from the others.
+    let other = (leader + 1) % 3;
+    restored.member_mut(other).restart().await?;
+    let added = restored.add_member(false).await?;
+    restored.wait_converged(&[0, 1, 2, added]).await?;
+    for i in [other, added] {
+        assert_eq!(everything(restored.member(i)).await?, (want.clone(), next), "member {}", restored.member(i).name());
+    }
     Ok(())
 }
