@@ -37,8 +37,10 @@ use crate::storage::state_machine::bookkeeping;
 use crate::storage::{open_db, SledBackend};
 use crate::typ::{LogId, MemberNode, NodeId, StoredMembership};
 
-/// Records written to the new database per batch (the file is streamed, never held whole).
+/// Records written to the new database per batch, at most (the file is streamed, never held whole)...
 const BATCH_RECORDS: usize = 10_000;
+/// ... and bytes of keys and values.
+const BATCH_BYTES: usize = 64 * 1024 * 1024;
 
 /// etcdctl's `snapshot restore` flags.
 #[derive(Clone, Debug)]
@@ -139,11 +141,13 @@ fn write_member(
     let storage = |what: &str, e: &dyn std::fmt::Display| RestoreError::Storage(format!("{what}: {e}"));
     let db = open_db(&member_dir.join("db")).map_err(|e| storage("creating the database", &e))?;
     let backend = SledBackend::open(&db).map_err(|e| storage("creating the database", &e))?;
-    let mut batch = WriteBatch::default();
+    let (mut batch, mut batch_bytes) = (WriteBatch::default(), 0);
     snapshot_file::read(&config.snapshot, !config.skip_hash_check, &mut |bucket, key, value| {
         batch.put(bucket, key, value);
-        if batch.ops.len() >= BATCH_RECORDS {
+        batch_bytes += key.len() + value.len();
+        if batch.ops.len() >= BATCH_RECORDS || batch_bytes >= BATCH_BYTES {
             backend.write(std::mem::take(&mut batch)).map_err(io::Error::other)?;
+            batch_bytes = 0;
         }
         Ok(())
     })?;
