@@ -8,6 +8,7 @@ use proto::etcdserverpb as pb;
 
 use crate::command::{Command, CommandResponse};
 use crate::error::Result;
+use crate::service::snapshot::SnapshotFile;
 use crate::store::MvccStore;
 
 /// The store as the services and the state machine share it.
@@ -37,6 +38,10 @@ pub trait Consensus: Send + Sync + 'static {
     fn header(&self) -> pb::ResponseHeader;
 
     fn raft_status(&self) -> RaftStatus;
+
+    /// A consistent point-in-time copy of this member's store (one revision, with its leases and
+    /// compaction state), written out for `Maintenance.Snapshot`.
+    fn snapshot(&self) -> impl Future<Output = Result<SnapshotFile>> + Send;
 
     /// The cluster's members, with their published URLs.
     fn members(&self) -> Vec<pb::Member>;

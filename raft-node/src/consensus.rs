@@ -2,9 +2,11 @@
 //! locally when this member leads, and is forwarded to the leader otherwise; a forwarded write or read
 //! index is answered once this member has applied up to it, so a later local read sees it.
 
+use std::path::PathBuf;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 
+use kv_api::service::snapshot::SnapshotFile;
 use kv_api::{Command, CommandResponse, Error, RaftStatus};
 use openraft::ServerState;
 use proto::etcdserverpb as pb;
@@ -13,6 +15,7 @@ use tokio::time::Instant;
 use crate::leader::{members, wait_applied, Leader, LeaderReply, LeaderRequest};
 use crate::metrics::{metrics, PendingProposal};
 use crate::read_index::ReadRounds;
+use crate::storage::snapshot_file;
 use crate::typ::{NodeId, Raft};
 
 /// How long a request waits for Raft before failing with etcd's "request timed out" (etcd: 5 s plus two
@@ -28,6 +31,8 @@ pub struct RaftConsensus {
     route: Route,
     /// Read index rounds, each shared by the reads that arrived before it began.
     reads: ReadRounds,
+    /// Where `Maintenance.Snapshot` writes its copy of the store (the member dir: same disk, not memory).
+    snapshot_dir: PathBuf,
 }
 
 /// Finds the leader and runs requests on it.
@@ -52,7 +57,13 @@ impl RaftConsensus {
                 }
             })
         };
-        Self { route, reads }
+        Self { route, reads, snapshot_dir: std::env::temp_dir() }
+    }
+
+    /// Writes the copies of `Maintenance.Snapshot` in `dir` rather than the system's temp dir.
+    pub fn with_snapshot_dir(mut self, dir: PathBuf) -> Self {
+        self.snapshot_dir = dir;
+        self
     }
 
     fn raft(&self) -> &Raft {
@@ -187,6 +198,16 @@ impl kv_api::Consensus for RaftConsensus {
             raft_term: metrics.current_term,
             raft_applied_index: metrics.last_applied.map_or(0, |id| id.index),
             is_learner: metrics.state == ServerState::Learner,
+        }
+    }
+
+    async fn snapshot(&self) -> kv_api::Result<SnapshotFile> {
+        let (store, dir) = (self.route.leader.store.clone(), self.snapshot_dir.clone());
+        let write = move || snapshot_file::write(&store, &dir).map_err(|e| e.to_string());
+        match tokio::task::spawn_blocking(write).await {
+            Ok(Ok((file, size))) => Ok(SnapshotFile { file, size }),
+            Ok(Err(err)) => Err(Error::Internal(format!("snapshot: {err}"))),
+            Err(err) => Err(Error::Internal(format!("snapshot: {err}"))),
         }
     }
 

@@ -28,6 +28,7 @@
 //! - [`corrupt_check`]: the leader's periodic comparison of every member's `HashKV` (CORRUPT alarm).
 //! - [`logging`]: the binaries' tracing subscriber.
 //! - [`server`]: starting a member and serving the etcd gRPC services.
+//! - [`restore`]: a new member's data dir from a snapshot file (`snapshot restore`).
 
 pub mod authority;
 pub mod bootstrap;
@@ -51,6 +52,7 @@ pub mod network;
 pub mod peer_service;
 pub mod probe;
 pub mod read_index;
+pub mod restore;
 pub mod server;
 pub mod storage;
 pub mod tls;

@@ -130,7 +130,7 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> anyhow::
         writes: GroupCommit::start(raft.clone()),
         confirmations: Leader::confirmation_rounds(&raft),
     };
-    let consensus = Arc::new(RaftConsensus::new(leader.clone()));
+    let consensus = Arc::new(RaftConsensus::new(leader.clone()).with_snapshot_dir(member_dir.clone()));
     let api = ApiConfig {
         limits: Limits { max_txn_ops: config.max_txn_ops, max_request_bytes: config.max_request_bytes },
         version: config.emulated_version.clone(),

@@ -1,6 +1,7 @@
 //! A multi-member cluster of [`ClusterMember`] processes: bootstrap, leader and convergence waits,
 //! etcdctl against all members, and adding members the way an operator does.
 
+use std::path::Path;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
@@ -60,6 +61,18 @@ impl ClusterConfig {
     }
 }
 
+/// What a member of a new cluster is bootstrapped with, for [`Cluster::start_prepared`].
+#[derive(Debug, Clone, Copy)]
+pub struct Bootstrap<'a> {
+    pub name: &'a str,
+    /// `--data-dir`, which does not exist yet.
+    pub data_dir: &'a Path,
+    /// `--initial-advertise-peer-urls`.
+    pub peer_url: &'a str,
+    pub initial_cluster: &'a str,
+    pub token: &'a str,
+}
+
 /// Running members named `n1`, `n2`, ... Every process is killed when this is dropped.
 pub struct Cluster {
     config: ClusterConfig,
@@ -78,6 +91,15 @@ impl Cluster {
     /// Bootstraps `config.size` members with one `--initial-cluster` and `--initial-cluster-state
     /// new`, and waits until all of them answer Status and agree on a leader.
     pub async fn start_with(config: ClusterConfig) -> anyhow::Result<Cluster> {
+        Cluster::start_prepared(config, |_| Ok(())).await
+    }
+
+    /// [`Cluster::start_with`], calling `prepare` for each member before its first start, e.g. to
+    /// fill its (not yet existing) data dir with `snapshot restore`.
+    pub async fn start_prepared(
+        config: ClusterConfig,
+        prepare: impl Fn(&Bootstrap) -> anyhow::Result<()>,
+    ) -> anyhow::Result<Cluster> {
         for attempt in 1..=PORT_RETRIES {
             let ports = free_ports(2 * config.size)?;
             let names: Vec<String> = (1..=config.size).map(|i| format!("n{i}")).collect();
@@ -91,7 +113,18 @@ impl Cluster {
                 Cluster { token: unique_token(), config: config.clone(), members: Vec::with_capacity(config.size) };
             let cluster_args = cluster.cluster_args(&initial_cluster, "new");
             for (name, pair) in names.iter().zip(ports.chunks(2)) {
-                let member = ClusterMember::spawn(config.kind, name, pair[0], pair[1], &cluster_args)?;
+                let mut member = ClusterMember::create(config.kind, name, pair[0], pair[1], &cluster_args)?;
+                let peer_url = member.peer_url();
+                let data_dir = member.data_dir();
+                let token = cluster.token.clone();
+                prepare(&Bootstrap {
+                    name,
+                    data_dir: &data_dir,
+                    peer_url: &peer_url,
+                    initial_cluster: &initial_cluster,
+                    token: &token,
+                })?;
+                member.start_process()?;
                 cluster.members.push(member);
             }
             match cluster.wait_ready().await {

@@ -70,6 +70,20 @@ impl ClusterMember {
         peer_port: u16,
         cluster_args: &[String],
     ) -> anyhow::Result<ClusterMember> {
+        let mut member = ClusterMember::create(kind, name, client_port, peer_port, cluster_args)?;
+        member.start_process()?;
+        Ok(member)
+    }
+
+    /// A member with its temp dir and flags, whose process is not started yet (see
+    /// [`ClusterMember::start_process`]), so that its data dir can be prepared first.
+    pub(crate) fn create(
+        kind: ServerKind,
+        name: &str,
+        client_port: u16,
+        peer_port: u16,
+        cluster_args: &[String],
+    ) -> anyhow::Result<ClusterMember> {
         let dir = tempfile::Builder::new().prefix(&format!("kv-cluster-{name}-")).tempdir()?;
         let mut member = ClusterMember {
             kind,
@@ -93,7 +107,6 @@ impl ClusterMember {
             format!("--initial-advertise-peer-urls={peer}"),
         ];
         member.args.extend_from_slice(cluster_args);
-        member.start_process()?;
         Ok(member)
     }
 
@@ -296,7 +309,7 @@ impl ClusterMember {
         )
     }
 
-    fn start_process(&mut self) -> anyhow::Result<()> {
+    pub(crate) fn start_process(&mut self) -> anyhow::Result<()> {
         let log = open_append(&self.dir.path().join("member.log"))?;
         let child = Command::new(&self.binary)
             .args(&self.args)

@@ -16,6 +16,7 @@
 //!   `pause`/`resume` (SIGSTOP/SIGCONT), Status.
 //! - `process`: free ports, log files and signals, shared by both kinds of member.
 //! - [`etcdctl`]: runs `/usr/bin/etcdctl` against a member and captures its output.
+//! - [`kvctl`]: finds our `kvctl` binary (`KVCTL_BIN`, or next to the test executable).
 //! - [`diff`]: a line diff for failure messages.
 //! - [`http`]: a plain HTTP/1.1 client for the client port, and a Prometheus text parser.
 //! - [`grpc`]: pulls the gRPC code and message out of an `etcd_client::Error`.
@@ -30,6 +31,7 @@ pub mod diff;
 pub mod etcdctl;
 pub mod grpc;
 pub mod http;
+pub mod kvctl;
 pub mod member;
 pub mod normalize;
 mod process;
@@ -37,7 +39,7 @@ pub mod server;
 pub mod table;
 pub mod tls;
 
-pub use cluster::{Cluster, ClusterConfig, Timing};
+pub use cluster::{Bootstrap, Cluster, ClusterConfig, Timing};
 pub use cluster_member::{ClusterMember, MemberStatus};
 pub use etcdctl::CtlOutput;
 pub use grpc::{assert_grpc_error, grpc_error};

@@ -1,12 +1,11 @@
-//! `etcdserverpb.Maintenance`: Status, alarms, defragmentation, hashes and leader transfer.
+//! `etcdserverpb.Maintenance`: Status, alarms, defragmentation, hashes, Snapshot and leader transfer.
 
-use std::pin::Pin;
 use std::sync::Arc;
 
-use futures::Stream;
 use proto::etcdserverpb as pb;
 use tonic::{Request, Response, Status};
 
+use super::snapshot::{self, SnapshotStream};
 use super::{current_header, fill_header, ApiConfig};
 use crate::command::{Command, CommandResponse};
 use crate::consensus::{Consensus, SharedStore};
@@ -66,8 +65,6 @@ impl<C: Consensus> MaintenanceService<C> {
 fn not_yet(what: &str) -> Status {
     Status::unimplemented(format!("{what} is not implemented yet"))
 }
-
-type SnapshotStream = Pin<Box<dyn Stream<Item = Result<pb::SnapshotResponse, Status>> + Send>>;
 
 #[tonic::async_trait]
 impl<C: Consensus> pb::maintenance_server::Maintenance for MaintenanceService<C> {
@@ -137,8 +134,10 @@ impl<C: Consensus> pb::maintenance_server::Maintenance for MaintenanceService<C>
 
     type SnapshotStream = SnapshotStream;
 
+    /// As etcd, a copy of this member's own store, without a round through the leader.
     async fn snapshot(&self, _request: Request<pb::SnapshotRequest>) -> Result<Response<SnapshotStream>, Status> {
-        Err(not_yet("Snapshot"))
+        let file = self.consensus.snapshot().await?;
+        Ok(Response::new(snapshot::stream(file)))
     }
 
     async fn move_leader(

@@ -6,6 +6,7 @@ pub mod kv;
 pub mod limit;
 pub mod maintenance;
 pub mod quota;
+pub mod snapshot;
 
 use proto::etcdserverpb as pb;
 

@@ -2,12 +2,18 @@
 //! checks that the stream ended with its sha256 trailer, fsyncs and renames it into place, as
 //! clientv3's snapshot manager does. Any failure removes the partial file and exits with
 //! etcdctl's "interrupted" code.
+//!
+//! `snapshot status` and `snapshot restore` read the file offline: see [`status`] and [`restore`].
+
+mod restore;
+mod status;
 
 use std::io;
 use std::path::Path;
 
 use clap::Subcommand;
 use proto::etcdserverpb as pb;
+use raft_node::storage::snapshot_file::go_io_text as go_io_error;
 use tokio::fs::{self, File, OpenOptions};
 use tokio::io::AsyncWriteExt;
 
@@ -26,6 +32,18 @@ pub enum SnapshotCommand {
         /// <filename>
         args: Vec<String>,
     },
+    /// Restores an etcd member snapshot to an etcd directory
+    Restore {
+        /// <filename>
+        args: Vec<String>,
+        #[command(flatten)]
+        flags: restore::RestoreFlags,
+    },
+    /// Gets backend snapshot status of a given file
+    Status {
+        /// <filename>
+        args: Vec<String>,
+    },
 }
 
 impl SnapshotCommand {
@@ -36,6 +54,8 @@ impl SnapshotCommand {
                 save(global, path).await.map_err(|e| CliError::new(EXIT_INTERRUPTED, e.message))?;
                 Ok(format!("Snapshot saved at {path}\n"))
             }
+            SnapshotCommand::Restore { args, flags } => restore::run(args, flags).await,
+            SnapshotCommand::Status { args } => status::run(args, global.write_out).await,
         }
     }
 }
@@ -95,15 +115,6 @@ async fn create_private(part: &str) -> io::Result<File> {
 
 fn failure(message: String) -> CliError {
     CliError::new(EXIT_INTERRUPTED, message)
-}
-
-/// An OS error as Go's `syscall.Errno` prints it: the C library's text, lower-cased, without
-/// Rust's ` (os error N)` suffix.
-fn go_io_error(err: &io::Error) -> String {
-    let text = err.to_string();
-    let text = text.split(" (os error").next().unwrap_or(&text);
-    let mut chars = text.chars();
-    chars.next().map(|first| first.to_lowercase().chain(chars).collect()).unwrap_or_default()
 }
 
 #[cfg(test)]

@@ -8,6 +8,7 @@
 //! - [`log_store`]: [`LogStore`], the Raft log (tree `logs`), vote, committed and purged ids (`raft_state`).
 //! - [`state_machine`]: [`StateMachine`], applying committed entries to the MVCC store, and snapshots.
 //! - [`snapshot`]: the snapshot format (one place for its encoding) and the current snapshot (`snapshot`).
+//! - [`snapshot_file`]: the snapshot file of `Maintenance.Snapshot` and `snapshot save|status|restore`.
 //!
 //! # Why nothing acknowledged is lost
 //!
@@ -45,6 +46,7 @@ use crate::typ::StorageError;
 pub mod log_store;
 pub mod sled_backend;
 pub mod snapshot;
+pub mod snapshot_file;
 pub mod state_machine;
 
 #[cfg(test)]
@@ -61,7 +63,7 @@ const CACHE_BYTES: u64 = 64 * 1024 * 1024;
 /// Opens (or creates) the member's database at `dir`: the log store, the state machine and the MVCC
 /// store the services read, all on one sled database (see the module doc for why).
 pub fn open(dir: &Path) -> Result<(LogStore, StateMachine, SharedStore), StorageError> {
-    let db = sled::Config::new().path(dir).cache_capacity(CACHE_BYTES).open().map_err(|e| StorageIOError::read(&e))?;
+    let db = open_db(dir).map_err(|e| StorageIOError::read(&e))?;
     let backend =
         SledBackend::open(&dir.with_extension("kv"), &db).map_err(|e| StorageIOError::read_state_machine(&e))?;
     let store = MvccStore::open(Arc::new(backend)).map_err(|e| StorageIOError::read_state_machine(&e))?;
@@ -69,6 +71,11 @@ pub fn open(dir: &Path) -> Result<(LogStore, StateMachine, SharedStore), Storage
     let log_store = LogStore::open(&db)?;
     let state_machine = StateMachine::open(&db, store.clone())?;
     Ok((log_store, state_machine, store))
+}
+
+/// The sled database at `dir`, created if missing.
+pub(crate) fn open_db(dir: &Path) -> Result<sled::Db, sled::Error> {
+    sled::Config::new().path(dir).cache_capacity(CACHE_BYTES).open()
 }
 
 /// Reopens a database dropped a moment ago in this process: sled releases its file lock only once its

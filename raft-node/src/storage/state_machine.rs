@@ -16,6 +16,7 @@ use openraft::storage::RaftStateMachine;
 use openraft::{EntryPayload, RaftSnapshotBuilder, StorageIOError};
 
 use crate::storage::snapshot::{CurrentSnapshot, SnapshotContent};
+use crate::storage::snapshot_file::Record;
 use crate::storage::{decode, encode};
 use crate::typ::{Applied, Entry, LogId, Snapshot, SnapshotMeta, StorageError, StoredMembership, TypeConfig};
 
@@ -157,6 +158,40 @@ fn read_applied(store: &MvccStore) -> Result<(Option<LogId>, StoredMembership), 
     Ok((last_applied, membership))
 }
 
+/// Commits what apply staged and syncs it to disk, then runs `read` on the store under its read lock, with the applied id and
+/// membership of that committed state: a point-in-time view where data and applied id agree (apply waits
+/// meanwhile). Snapshots for openraft and for `Maintenance.Snapshot` are both read this way. Blocking.
+pub(crate) fn read_committed<T>(
+    store: &SharedStore,
+    read: impl FnOnce(&MvccStore, Option<LogId>, StoredMembership) -> Result<T, StorageError>,
+) -> Result<T, StorageError> {
+    let write_err = |e: &dyn std::fmt::Display| StorageIOError::write_state_machine(&io::Error::other(e.to_string()));
+    let mut store = store.write();
+    store.commit().map_err(|e| write_err(&e))?;
+    // Durable before openraft purges the log a snapshot covers.
+    store.backend().sync().map_err(|e| write_err(&e))?;
+    let store = parking_lot::RwLockWriteGuard::downgrade(store);
+    let (last_applied, membership) = read_applied(&store)?;
+    read(&store, last_applied, membership)
+}
+
+/// Whether `key` of `bucket` is Raft's bookkeeping (applied id, membership) rather than the store's data.
+pub(crate) fn is_bookkeeping(bucket: Bucket, key: &[u8]) -> bool {
+    bucket == Bucket::Meta && (key == META_APPLIED || key == META_MEMBERSHIP)
+}
+
+/// Raft's bookkeeping entries for the meta bucket, saying that the store reflects the log up to `applied`
+/// with `membership`.
+pub(crate) fn bookkeeping(
+    applied: &Option<LogId>,
+    membership: &StoredMembership,
+) -> Result<[Record; 2], bincode::error::EncodeError> {
+    Ok([
+        (Bucket::Meta, META_APPLIED.to_vec(), encode(applied)?),
+        (Bucket::Meta, META_MEMBERSHIP.to_vec(), encode(membership)?),
+    ])
+}
+
 /// Runs `f` on a blocking thread (big scans and writes must not block the runtime).
 async fn blocking<T: Send + 'static>(
     f: impl FnOnce() -> Result<T, StorageError> + Send + 'static,
@@ -167,22 +202,13 @@ async fn blocking<T: Send + 'static>(
 impl RaftSnapshotBuilder<TypeConfig> for SnapshotBuilder {
     async fn build_snapshot(&mut self) -> Result<Snapshot, StorageError> {
         let store = self.store.clone();
-        // Commit what apply staged, then export under the same lock: the export and the applied id it
-        // reflects come from the same committed state, and the backend's applied id is at least the
-        // snapshot's, so the log entries the snapshot lets openraft purge are never needed again.
+        // The backend's applied id is at least the snapshot's (see `read_committed`), so the log entries
+        // the snapshot lets openraft purge are never needed again.
         let content = blocking(move || {
-            let mut store = store.write();
-            store.commit().map_err(|e| StorageIOError::write_state_machine(&io::Error::other(e.to_string())))?;
-            // Durable before openraft purges the log this snapshot covers.
-            store
-                .backend()
-                .sync()
-                .map_err(|e| StorageIOError::write_state_machine(&io::Error::other(e.to_string())))?;
-            let store = parking_lot::RwLockWriteGuard::downgrade(store);
-            let (last_applied, membership) = read_applied(&store)?;
-            let entries = store.export().map_err(|e| StorageIOError::read_state_machine(&e))?;
-            drop(store);
-            Ok(SnapshotContent { last_applied, membership, entries })
+            read_committed(&store, |store, last_applied, membership| {
+                let entries = store.export().map_err(|e| StorageIOError::read_state_machine(&e))?;
+                Ok(SnapshotContent { last_applied, membership, entries })
+            })
         })
         .await?;
         let build = self.builds.fetch_add(1, Ordering::Relaxed);
@@ -243,17 +269,11 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
             let write_err = |e: &dyn std::fmt::Display| {
                 StorageIOError::write_snapshot(Some(snapshot_meta.signature()), &io::Error::other(e.to_string()))
             };
-            let mut entries: Vec<_> = content
-                .entries
-                .into_iter()
-                .filter(|(bucket, key, _)| {
-                    !(*bucket == Bucket::Meta && (key == META_APPLIED || key == META_MEMBERSHIP))
-                })
-                .collect();
-            let applied = encode(&snapshot_meta.last_log_id).map_err(|e| write_err(&e))?;
-            let membership = encode(&snapshot_meta.last_membership).map_err(|e| write_err(&e))?;
-            entries.push((Bucket::Meta, META_APPLIED.to_vec(), applied));
-            entries.push((Bucket::Meta, META_MEMBERSHIP.to_vec(), membership));
+            let mut entries: Vec<_> =
+                content.entries.into_iter().filter(|(bucket, key, _)| !is_bookkeeping(*bucket, key)).collect();
+            let ours =
+                bookkeeping(&snapshot_meta.last_log_id, &snapshot_meta.last_membership).map_err(|e| write_err(&e))?;
+            entries.extend(ours);
             store.write().install(entries).map_err(|e| write_err(&e))?;
             Ok(data)
         })

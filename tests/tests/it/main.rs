@@ -24,6 +24,7 @@ mod lease_expiry;
 mod maintenance;
 mod maintenance_quota;
 mod tls;
+mod snapshot;
 mod util;
 mod watch_client;
 mod watch_cluster;
