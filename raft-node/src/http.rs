@@ -56,8 +56,9 @@ impl Endpoints {
     /// etcd 3.4.23's `checkHealth`: unhealthy with an active alarm, without a leader, or when a read
     /// through Raft (a quorum round) does not complete within a second. The answer carries no reason.
     async fn health(&self) -> Response<Body> {
-        // No alarm can be raised yet (the space quota is not enforced), so only the other two checks apply.
-        let healthy = self.consensus.raft_status().leader != 0
+        let alarmed = !self.store.read().alarms().get(pb::AlarmType::None as i32).is_empty();
+        let healthy = !alarmed
+            && self.consensus.raft_status().leader != 0
             && matches!(tokio::time::timeout(HEALTH_READ_TIMEOUT, self.consensus.read_barrier()).await, Ok(Ok(())));
         if healthy {
             metrics().health_success.fetch_add(1, Ordering::Relaxed);

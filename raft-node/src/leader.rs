@@ -343,24 +343,6 @@ impl Leader {
         Ok(LeaderReply::Members { index: written.log_id.index, added, members })
     }
 
-    /// On a stopping leader, as etcd does on shutdown: hands leadership to the voter whose log is furthest
-    /// along, provided it is caught up, so the cluster does not wait an election timeout for a new leader.
-    /// Does nothing on a follower or a single-member cluster; says why when the transfer fails.
-    pub async fn hand_over_leadership(&self) -> Result<Option<NodeId>, Error> {
-        let metrics = self.raft.metrics().borrow().clone();
-        if metrics.current_leader != Some(self.member_id) {
-            return Ok(None);
-        }
-        let matched = |id: &NodeId| {
-            metrics.replication.as_ref().and_then(|r| r.get(id).copied().flatten()).map_or(0, |log_id| log_id.index)
-        };
-        let membership = self.membership();
-        let Some(target) = membership.voter_ids().filter(|id| *id != self.member_id).max_by_key(matched) else {
-            return Ok(None);
-        };
-        self.move_leader(target).await.map(|_| Some(target))
-    }
-
     /// Leadership transfer: stop heartbeats so the followers' leader lease runs out, then ask the caught-up
     /// target to campaign; it wins before the other followers' election timers fire.
     async fn move_leader(&self, target: NodeId) -> Result<LeaderReply, Error> {

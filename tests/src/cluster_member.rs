@@ -184,25 +184,6 @@ impl ClusterMember {
         Ok(())
     }
 
-    /// Stops the process with SIGTERM, as an operator or systemd does, and waits for it to exit (SIGKILL
-    /// after `grace`). Returns whether it exited within `grace` with success.
-    pub async fn terminate(&mut self, grace: Duration) -> anyhow::Result<bool> {
-        let pid = self.pid().context("terminate: the member is not running")?;
-        send_signal(pid, "TERM")?;
-        let deadline = Instant::now() + grace;
-        loop {
-            if let Some(status) = self.child().as_mut().map(|c| c.try_wait()).transpose()?.flatten() {
-                self.child().take();
-                return Ok(status.success());
-            }
-            if Instant::now() > deadline {
-                self.kill9()?;
-                return Ok(false);
-            }
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
-    }
-
     /// Adds flags for the next (re)start.
     pub fn add_args(&mut self, args: &[&str]) {
         self.args.extend(args.iter().map(|arg| arg.to_string()));

@@ -74,10 +74,12 @@ impl SledBackend {
     /// one database, `legacy`: it moves here first (copied, made durable, then dropped there).
     pub fn open(dir: &Path, legacy: &sled::Db) -> Result<Self, sled::Error> {
         std::fs::create_dir_all(dir)?;
-        let number = match read_current(dir)? {
-            Some(number) => number,
+        let current = match read_current(dir)? {
+            Some(number) => Generation::open(dir, number)?,
             None => {
-                // No generation yet: start one with whatever the member's database holds.
+                // No generation yet: start one with whatever the member's database holds. It stays open:
+                // sled releases a database's file lock only once its background flusher lets go of a
+                // dropped handle, so opening it again at once can fail ("could not acquire lock").
                 let _ = std::fs::remove_dir_all(dir.join("0"));
                 let first = Generation::open(dir, 0)?;
                 let old = legacy.open_tree(TREE)?;
@@ -86,16 +88,14 @@ impl SledBackend {
                 }
                 copy(&old, &first.tree)?;
                 first.db.flush()?;
-                drop(first);
                 write_current(dir, 0)?;
-                0
+                first
             }
         };
         if legacy.tree_names().iter().any(|name| name == TREE.as_bytes()) {
             legacy.drop_tree(TREE)?;
         }
-        remove_other_generations(dir, number);
-        let current = Generation::open(dir, number)?;
+        remove_other_generations(dir, current.number);
         Ok(Self {
             dir: dir.to_path_buf(),
             current: RwLock::new(current),

@@ -143,10 +143,19 @@ async fn hashes_agree_on_every_member_and_alarms_reach_every_member() -> anyhow:
         assert_eq!(alarms, [(target, AlarmType::Nospace)], "member {i}");
         assert_grpc_error(client.put("k", "v", None).await, Code::ResourceExhausted, NOSPACE);
     }
+    // etcd's /health is false on every member while an alarm is active.
+    for member in cluster.members() {
+        let health = tests::http::get(&member.client_url(), "/health").await?;
+        assert_eq!((health.status, health.body.as_str()), (503, "{\"health\":\"false\"}\n"), "{}", member.name());
+    }
     let disarmed = cluster.member(1).etcdctl(&["alarm", "disarm"]).await?.ok()?;
     assert_eq!(disarmed, format!("memberID:{target} alarm:NOSPACE \n"));
     for client in &mut clients {
         client.put("k", "v", None).await?;
+    }
+    for member in cluster.members() {
+        let health = tests::http::get(&member.client_url(), "/health").await?;
+        assert_eq!((health.status, health.body.as_str()), (200, "{\"health\":\"true\"}"), "{}", member.name());
     }
     Ok(())
 }
