@@ -89,7 +89,7 @@ pub fn quota_cost(command: &crate::Command) -> u64 {
             })
             .sum()
     };
-    match command {
+    match command.inner() {
         Command::Put(req) => put(req),
         Command::Txn(req) => ops(&req.success).max(ops(&req.failure)),
         Command::LeaseGrant(_) => LEASE_OVERHEAD,

@@ -17,10 +17,12 @@ pub enum Bucket {
     Lease,
     /// Active alarms: member id (8 bytes, big-endian) and alarm type (4 bytes, big-endian) → nothing.
     Alarm,
+    /// The auth state: flags, revision, users and roles (see [`crate::auth`]).
+    Auth,
 }
 
 impl Bucket {
-    pub const ALL: [Bucket; 4] = [Bucket::Key, Bucket::Meta, Bucket::Lease, Bucket::Alarm];
+    pub const ALL: [Bucket; 5] = [Bucket::Key, Bucket::Meta, Bucket::Lease, Bucket::Alarm, Bucket::Auth];
 
     /// A one-byte tag, for backends that keep every bucket in one keyspace.
     pub fn tag(self) -> u8 {
@@ -29,6 +31,7 @@ impl Bucket {
             Bucket::Meta => b'm',
             Bucket::Lease => b'l',
             Bucket::Alarm => b'a',
+            Bucket::Auth => b'u',
         }
     }
 }

@@ -3,6 +3,8 @@
 use proto::etcdserverpb as pb;
 use serde::{Deserialize, Serialize};
 
+use crate::auth::{AuthCommand, AuthOutcome, Caller};
+
 /// A write request, as proposed to consensus and applied by every member in log order.
 ///
 /// Serialized as its variant and the request's protobuf encoding as one byte string: the generated
@@ -19,6 +21,11 @@ pub enum Command {
     LeaseRevoke(pb::LeaseRevokeRequest),
     /// Raises or disarms an alarm (ACTIVATE or DEACTIVATE; GET is answered without the log).
     Alarm(pb::AlarmRequest),
+    /// A change of users, roles or the auth flags, or a login.
+    Auth(AuthCommand),
+    /// A client's request with the caller it came from, sent while auth is enabled: apply checks the
+    /// caller's permissions first (see [`crate::auth`]).
+    AsUser(Caller, Box<Command>),
 }
 
 /// The response apply produced for a [`Command`]; headers carry only the revision (the serving member
@@ -32,6 +39,7 @@ pub enum CommandResponse {
     LeaseGrant(pb::LeaseGrantResponse),
     LeaseRevoke(pb::LeaseRevokeResponse),
     Alarm(pb::AlarmResponse),
+    Auth(AuthOutcome),
 }
 
 impl Command {
@@ -39,6 +47,7 @@ impl Command {
     pub fn is_write(&self) -> bool {
         match self {
             Command::Txn(txn) => !crate::txn::is_read_only(txn),
+            Command::AsUser(_, inner) => inner.is_write(),
             _ => true,
         }
     }
@@ -54,6 +63,16 @@ impl Command {
             Command::LeaseGrant(req) => req.encoded_len(),
             Command::LeaseRevoke(req) => req.encoded_len(),
             Command::Alarm(req) => req.encoded_len(),
+            Command::Auth(_) => self.tag_and_bytes().1.len(),
+            Command::AsUser(_, inner) => inner.encoded_len(),
+        }
+    }
+
+    /// The command itself, without the caller it may carry.
+    pub fn inner(&self) -> &Command {
+        match self {
+            Command::AsUser(_, inner) => inner.inner(),
+            other => other,
         }
     }
 }
@@ -69,6 +88,34 @@ impl Command {
             Command::LeaseGrant(req) => (4, req.encode_to_vec()),
             Command::LeaseRevoke(req) => (5, req.encode_to_vec()),
             Command::Alarm(req) => (6, req.encode_to_vec()),
+            Command::Auth(cmd) => match cmd {
+                AuthCommand::Enable => (7, Vec::new()),
+                AuthCommand::Disable => (8, Vec::new()),
+                AuthCommand::Authenticate { name, token } => {
+                    let mut out = Vec::new();
+                    put_str(&mut out, name);
+                    put_str(&mut out, token);
+                    (9, out)
+                }
+                AuthCommand::UserAdd(req) => (10, req.encode_to_vec()),
+                AuthCommand::UserDelete(req) => (11, req.encode_to_vec()),
+                AuthCommand::UserChangePassword(req) => (12, req.encode_to_vec()),
+                AuthCommand::UserGrantRole(req) => (13, req.encode_to_vec()),
+                AuthCommand::UserRevokeRole(req) => (14, req.encode_to_vec()),
+                AuthCommand::RoleAdd(req) => (15, req.encode_to_vec()),
+                AuthCommand::RoleDelete(req) => (16, req.encode_to_vec()),
+                AuthCommand::RoleGrantPermission(req) => (17, req.encode_to_vec()),
+                AuthCommand::RoleRevokePermission(req) => (18, req.encode_to_vec()),
+            },
+            Command::AsUser(caller, inner) => {
+                let (tag, bytes) = inner.tag_and_bytes();
+                let mut out = Vec::with_capacity(caller.user.len() + bytes.len() + 13);
+                put_str(&mut out, &caller.user);
+                out.extend_from_slice(&caller.auth_revision.to_be_bytes());
+                out.push(tag);
+                out.extend_from_slice(&bytes);
+                (19, out)
+            }
         }
     }
 
@@ -82,10 +129,55 @@ impl Command {
             4 => pb::LeaseGrantRequest::decode(bytes).map(Command::LeaseGrant),
             5 => pb::LeaseRevokeRequest::decode(bytes).map(Command::LeaseRevoke),
             6 => pb::AlarmRequest::decode(bytes).map(Command::Alarm),
+            7 => Ok(Command::Auth(AuthCommand::Enable)),
+            8 => Ok(Command::Auth(AuthCommand::Disable)),
+            9 => {
+                let mut rest = bytes;
+                let name = take_str(&mut rest)?;
+                let token = take_str(&mut rest)?;
+                return Ok(Command::Auth(AuthCommand::Authenticate { name, token }));
+            }
+            10 => pb::AuthUserAddRequest::decode(bytes).map(|r| Command::Auth(AuthCommand::UserAdd(r))),
+            11 => pb::AuthUserDeleteRequest::decode(bytes).map(|r| Command::Auth(AuthCommand::UserDelete(r))),
+            12 => pb::AuthUserChangePasswordRequest::decode(bytes)
+                .map(|r| Command::Auth(AuthCommand::UserChangePassword(r))),
+            13 => pb::AuthUserGrantRoleRequest::decode(bytes).map(|r| Command::Auth(AuthCommand::UserGrantRole(r))),
+            14 => pb::AuthUserRevokeRoleRequest::decode(bytes).map(|r| Command::Auth(AuthCommand::UserRevokeRole(r))),
+            15 => pb::AuthRoleAddRequest::decode(bytes).map(|r| Command::Auth(AuthCommand::RoleAdd(r))),
+            16 => pb::AuthRoleDeleteRequest::decode(bytes).map(|r| Command::Auth(AuthCommand::RoleDelete(r))),
+            17 => pb::AuthRoleGrantPermissionRequest::decode(bytes)
+                .map(|r| Command::Auth(AuthCommand::RoleGrantPermission(r))),
+            18 => pb::AuthRoleRevokePermissionRequest::decode(bytes)
+                .map(|r| Command::Auth(AuthCommand::RoleRevokePermission(r))),
+            19 => {
+                let mut rest = bytes;
+                let user = take_str(&mut rest)?;
+                let revision = rest.get(..8).ok_or("truncated caller")?;
+                let auth_revision = u64::from_be_bytes(revision.try_into().map_err(|_| "truncated caller")?);
+                let (&tag, inner) = rest[8..].split_first().ok_or("truncated caller")?;
+                let inner = Command::from_tag_and_bytes(tag, inner)?;
+                return Ok(Command::AsUser(Caller { user, auth_revision }, Box::new(inner)));
+            }
             other => return Err(format!("unknown command kind {other}")),
         };
         decoded.map_err(|e| format!("corrupt command of kind {tag}: {e}"))
     }
+}
+
+/// Appends a length-prefixed string.
+fn put_str(out: &mut Vec<u8>, text: &str) {
+    out.extend_from_slice(&(text.len() as u32).to_be_bytes());
+    out.extend_from_slice(text.as_bytes());
+}
+
+/// Takes a string [`put_str`] wrote off the front of `bytes`.
+fn take_str(bytes: &mut &[u8]) -> Result<String, String> {
+    let len = bytes.get(..4).ok_or("truncated string")?;
+    let len = u32::from_be_bytes(len.try_into().map_err(|_| "truncated string")?) as usize;
+    let text = bytes.get(4..4 + len).ok_or("truncated string")?;
+    let text = String::from_utf8(text.to_vec()).map_err(|_| "a string that is not UTF-8")?;
+    *bytes = &bytes[4 + len..];
+    Ok(text)
 }
 
 /// Bytes that serialize as one byte string.
@@ -152,13 +244,23 @@ mod tests {
                 prev_kv: true,
             }),
             Command::Txn(pb::TxnRequest {
-                success: vec![pb::RequestOp { request: Some(pb::request_op::Request::RequestPut(put)) }],
+                success: vec![pb::RequestOp { request: Some(pb::request_op::Request::RequestPut(put.clone())) }],
                 ..Default::default()
             }),
             Command::Compact(pb::CompactionRequest { revision: 5, physical: true }),
             Command::LeaseGrant(pb::LeaseGrantRequest { ttl: 10, id: 42 }),
             Command::LeaseRevoke(pb::LeaseRevokeRequest { id: 42 }),
             Command::Alarm(pb::AlarmRequest { action: 1, member_id: 7, alarm: 1 }),
+            Command::Auth(AuthCommand::Enable),
+            Command::Auth(AuthCommand::Authenticate { name: "ünï".into(), token: "abc.42".into() }),
+            Command::Auth(AuthCommand::RoleGrantPermission(pb::AuthRoleGrantPermissionRequest {
+                name: "r".into(),
+                perm: Some(proto::authpb::Permission { perm_type: 2, key: b"a".to_vec(), range_end: b"b".to_vec() }),
+            })),
+            Command::AsUser(
+                Caller { user: "alice".into(), auth_revision: 9 },
+                Box::new(Command::AsUser(Caller::default(), Box::new(Command::Put(put.clone())))),
+            ),
         ]
     }
 
@@ -171,6 +273,19 @@ mod tests {
             assert_eq!(back, command);
             let json = serde_json::to_string(&command).expect("json");
             assert_eq!(serde_json::from_str::<Command>(&json).expect("from json"), command);
+        }
+    }
+
+    #[test]
+    fn a_truncated_caller_is_an_error_not_a_panic() {
+        let (tag, bytes) = Command::AsUser(
+            Caller { user: "bob".into(), auth_revision: 3 },
+            Box::new(Command::Auth(AuthCommand::Enable)),
+        )
+        .tag_and_bytes();
+        assert!(Command::from_tag_and_bytes(tag, &bytes).is_ok());
+        for cut in 0..bytes.len() {
+            assert!(Command::from_tag_and_bytes(tag, &bytes[..cut]).is_err(), "cut at {cut}");
         }
     }
 

@@ -68,6 +68,41 @@ pub enum Error {
     /// The CORRUPT alarm is active: a member's data disagrees with the others'.
     #[error("etcdserver: corrupt cluster")]
     Corrupt,
+    #[error("etcdserver: root user does not exist")]
+    RootUserNotExist,
+    #[error("etcdserver: root user does not have root role")]
+    RootRoleNotExist,
+    #[error("etcdserver: user name already exists")]
+    UserExists,
+    #[error("etcdserver: user name is empty")]
+    UserEmpty,
+    #[error("etcdserver: user name not found")]
+    UserNotFound,
+    #[error("etcdserver: role name already exists")]
+    RoleExists,
+    #[error("etcdserver: role name not found")]
+    RoleNotFound,
+    #[error("etcdserver: role name is empty")]
+    RoleEmpty,
+    #[error("etcdserver: authentication failed, invalid user ID or password")]
+    AuthFailed,
+    /// etcd has no gRPC status of its own for it: its text passes through with code Unknown.
+    #[error("auth: authentication failed, password was given for no password user")]
+    NoPasswordUser,
+    #[error("etcdserver: permission denied")]
+    PermissionDenied,
+    #[error("etcdserver: role is not granted to the user")]
+    RoleNotGranted,
+    #[error("etcdserver: permission is not granted to the role")]
+    PermissionNotGranted,
+    #[error("etcdserver: authentication is not enabled")]
+    AuthNotEnabled,
+    #[error("etcdserver: invalid auth token")]
+    InvalidAuthToken,
+    #[error("etcdserver: invalid auth management")]
+    InvalidAuthMgmt,
+    #[error("etcdserver: revision of auth store is old")]
+    AuthOldRevision,
     /// The store or the consensus layer failed in a way no request caused (disk error, broken invariant).
     #[error("etcdserver: {0}")]
     Internal(String),
@@ -84,7 +119,12 @@ impl Error {
             | Error::TooManyOps
             | Error::DuplicateKey
             | Error::RequestTooLarge
-            | Error::MemberBadUrls => Code::InvalidArgument,
+            | Error::MemberBadUrls
+            | Error::UserEmpty
+            | Error::RoleEmpty
+            | Error::AuthFailed
+            | Error::InvalidAuthMgmt
+            | Error::AuthOldRevision => Code::InvalidArgument,
             Error::Compacted | Error::FutureRevision | Error::LeaseTtlTooLarge => Code::OutOfRange,
             Error::LeaseNotFound | Error::MemberNotFound => Code::NotFound,
             Error::NotLeader
@@ -94,7 +134,18 @@ impl Error {
             | Error::TooManyLearners
             | Error::PeerUrlExists
             | Error::MemberNotLearner
-            | Error::LearnerNotReady => Code::FailedPrecondition,
+            | Error::LearnerNotReady
+            | Error::RootUserNotExist
+            | Error::RootRoleNotExist
+            | Error::UserExists
+            | Error::UserNotFound
+            | Error::RoleExists
+            | Error::RoleNotFound
+            | Error::RoleNotGranted
+            | Error::PermissionNotGranted
+            | Error::AuthNotEnabled => Code::FailedPrecondition,
+            Error::PermissionDenied => Code::PermissionDenied,
+            Error::InvalidAuthToken => Code::Unauthenticated,
             Error::NoLeader
             | Error::NotCapable
             | Error::Stopped
@@ -103,7 +154,7 @@ impl Error {
             | Error::NotSupportedForLearner => Code::Unavailable,
             Error::NoSpace => Code::ResourceExhausted,
             Error::Corrupt => Code::DataLoss,
-            Error::Internal(_) => Code::Unknown,
+            Error::Internal(_) | Error::NoPasswordUser => Code::Unknown,
         }
     }
 }
@@ -137,6 +188,16 @@ mod tests {
             (Error::TooManyLearners, Code::FailedPrecondition, "etcdserver: too many learner members in cluster"),
             (Error::NoSpace, Code::ResourceExhausted, "etcdserver: mvcc: database space exceeded"),
             (Error::Corrupt, Code::DataLoss, "etcdserver: corrupt cluster"),
+            (Error::UserEmpty, Code::InvalidArgument, "etcdserver: user name is empty"),
+            (Error::UserNotFound, Code::FailedPrecondition, "etcdserver: user name not found"),
+            (Error::PermissionDenied, Code::PermissionDenied, "etcdserver: permission denied"),
+            (Error::InvalidAuthToken, Code::Unauthenticated, "etcdserver: invalid auth token"),
+            (Error::AuthOldRevision, Code::InvalidArgument, "etcdserver: revision of auth store is old"),
+            (
+                Error::AuthFailed,
+                Code::InvalidArgument,
+                "etcdserver: authentication failed, invalid user ID or password",
+            ),
         ];
         for (err, code, text) in cases {
             let status = Status::from(err);

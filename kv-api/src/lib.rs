@@ -3,6 +3,7 @@
 //! # Layout
 //!
 //! - [`alarm`]: the alarm table (NOSPACE, CORRUPT) and etcd's quota charges.
+//! - [`auth`]: users, roles, permissions and simple tokens, and the Auth service.
 //! - [`hash`]: `Hash` and `HashKV`, identical on every member at the same revision.
 //! - [`revision`]: `(main, sub)` revisions and their byte encoding.
 //! - [`key_index`]: one key's history as generations (with a worked example of compaction).
@@ -20,6 +21,7 @@
 //! - [`watch`]: the Watch service and the [`watch::WatchHub`] the apply path feeds.
 
 pub mod alarm;
+pub mod auth;
 pub mod backend;
 pub mod command;
 pub mod consensus;

@@ -14,6 +14,7 @@ use proto::mvccpb::event::EventType;
 use proto::mvccpb::{Event, KeyValue};
 
 use crate::alarm::{self, AlarmTable};
+use crate::auth::{AuthStore, Caller};
 use crate::backend::{Backend, BackendError, Bucket, WriteBatch};
 use crate::command::{Command, CommandResponse};
 use crate::error::{Error, Result};
@@ -86,6 +87,8 @@ pub struct MvccStore {
     events: Vec<Event>,
     /// Active alarms (NOSPACE refuses what takes space; CORRUPT refuses everything).
     alarms: AlarmTable,
+    /// Users, roles and the auth flags (tokens too, member-local).
+    auth: AuthStore,
 }
 
 impl std::fmt::Debug for MvccStore {
@@ -107,6 +110,7 @@ impl MvccStore {
             events: Vec::new(),
             leases: LeaseTable::default(),
             alarms: AlarmTable::default(),
+            auth: AuthStore::default(),
         };
         store.load()?;
         Ok(store)
@@ -184,12 +188,21 @@ impl MvccStore {
         if let Some(err) = failure {
             return Err(err);
         }
-        Ok(())
+        self.auth.load(&*self.backend)
     }
 
     /// The active alarms.
     pub fn alarms(&self) -> &AlarmTable {
         &self.alarms
+    }
+
+    /// Users, roles, the auth flags and this member's tokens.
+    pub fn auth(&self) -> &AuthStore {
+        &self.auth
+    }
+
+    pub fn auth_mut(&mut self) -> &mut AuthStore {
+        &mut self.auth
     }
 
     /// A lease and its keys.
@@ -266,7 +279,7 @@ impl MvccStore {
     pub fn apply(&mut self, cmd: &Command) -> Result<CommandResponse> {
         // etcd's corrupt applier refuses everything, its capped applier (NOSPACE) what takes space; the
         // alarm requests themselves always pass so that an alarm can be disarmed.
-        if !matches!(cmd, Command::Alarm(_)) {
+        if !matches!(cmd.inner(), Command::Alarm(_)) {
             if self.alarms.is_active(pb::AlarmType::Corrupt) {
                 return Err(Error::Corrupt);
             }
@@ -282,6 +295,49 @@ impl MvccStore {
             Command::LeaseGrant(req) => self.lease_grant(req).map(CommandResponse::LeaseGrant),
             Command::LeaseRevoke(req) => self.lease_revoke(req).map(CommandResponse::LeaseRevoke),
             Command::Alarm(req) => Ok(CommandResponse::Alarm(self.apply_alarm(req))),
+            Command::Auth(req) => self.auth.apply(req, &mut self.batch).map(CommandResponse::Auth),
+            Command::AsUser(caller, inner) => {
+                self.check_caller(caller, inner)?;
+                self.apply(inner)
+            }
+        }
+    }
+
+    /// etcd's auth applier: whether `caller` may make the write `cmd`, against the auth state at this
+    /// point of the log.
+    fn check_caller(&self, caller: &Caller, cmd: &Command) -> Result<()> {
+        let auth = &self.auth;
+        if !auth.is_enabled() {
+            return Ok(());
+        }
+        // Attaching a key to a lease, or revoking it, needs write access to every key already on it.
+        let lease_keys = |id: LeaseId| -> Result<()> {
+            for key in self.leases.get(id).map(|lease| &lease.keys).into_iter().flatten() {
+                auth.check_write(caller, key, &[])?;
+            }
+            Ok(())
+        };
+        match cmd {
+            Command::Put(req) => {
+                auth.check_write(caller, &req.key, &[])?;
+                lease_keys(req.lease)?;
+                if req.prev_kv {
+                    auth.check_read(caller, &req.key, &[])?;
+                }
+                Ok(())
+            }
+            Command::DeleteRange(req) => {
+                auth.check_write(caller, &req.key, &req.range_end)?;
+                if req.prev_kv {
+                    auth.check_read(caller, &req.key, &req.range_end)?;
+                }
+                Ok(())
+            }
+            Command::Txn(req) => auth.check_txn(caller, req),
+            Command::LeaseRevoke(req) => lease_keys(req.id),
+            Command::Auth(req) if req.needs_admin() => auth.check_admin(caller),
+            Command::AsUser(_, inner) => self.check_caller(caller, inner),
+            _ => Ok(()),
         }
     }
 

@@ -221,8 +221,12 @@ impl Model {
             }
             Command::Txn(req) => self.txn(req).map(CommandResponse::Txn),
             Command::Compact(req) => self.compact(req.revision).map(CommandResponse::Compact),
-            Command::LeaseGrant(_) | Command::LeaseRevoke(_) | Command::Alarm(_) => {
-                unreachable!("the model generates no lease or alarm commands")
+            Command::LeaseGrant(_)
+            | Command::LeaseRevoke(_)
+            | Command::Alarm(_)
+            | Command::Auth(_)
+            | Command::AsUser(..) => {
+                unreachable!("the model generates no lease, alarm or auth commands")
             }
         }
     }
@@ -617,7 +621,12 @@ fn run(seed: u64) -> Tally {
             Command::Put(req) => validate::check_put(req),
             Command::DeleteRange(req) => validate::check_delete(req),
             Command::Txn(req) => validate::check_txn(req, &limits),
-            Command::Compact(_) | Command::LeaseGrant(_) | Command::LeaseRevoke(_) | Command::Alarm(_) => Ok(()),
+            Command::Compact(_)
+            | Command::LeaseGrant(_)
+            | Command::LeaseRevoke(_)
+            | Command::Alarm(_)
+            | Command::Auth(_)
+            | Command::AsUser(..) => Ok(()),
         };
         match valid {
             Ok(()) => {}

@@ -94,6 +94,20 @@ pub struct Config {
     #[arg(long, env = "ETCD_QUOTA_BACKEND_BYTES", default_value_t = 0, allow_negative_numbers = true)]
     pub quota_backend_bytes: i64,
 
+    /// Specify a v3 authentication token type and its options ('simple' or 'jwt'; only 'simple' here).
+    #[arg(long, env = "ETCD_AUTH_TOKEN", default_value = "simple")]
+    pub auth_token: String,
+
+    /// Specify the cost / strength of the bcrypt algorithm for hashing auth passwords. Valid values are
+    /// between 4 and 31.
+    #[arg(long, env = "ETCD_BCRYPT_COST", default_value_t = kv_api::service::DEFAULT_BCRYPT_COST,
+          value_parser = clap::value_parser!(u32).range(4..=31))]
+    pub bcrypt_cost: u32,
+
+    /// Time (in seconds) of the auth-token-ttl.
+    #[arg(long, env = "ETCD_AUTH_TOKEN_TTL", default_value_t = 300)]
+    pub auth_token_ttl: u64,
+
     /// Enable to check data corruption before serving any client/peer traffic.
     #[arg(long, env = "ETCD_EXPERIMENTAL_INITIAL_CORRUPT_CHECK", default_value_t = false, action = clap::ArgAction::Set, num_args = 0..=1, default_missing_value = "true")]
     pub experimental_initial_corrupt_check: bool,
@@ -293,6 +307,8 @@ mod tests {
     #[test]
     fn quota_and_log_flags_read_as_etcd_reads_them() {
         assert_eq!(parse(&["--quota-backend-bytes", "-1"]).quota_backend_bytes(), None);
+        assert_eq!((parse(&[]).bcrypt_cost, parse(&[]).auth_token_ttl), (10, 300));
+        assert!(Config::try_parse_from(["raft-node", "--bcrypt-cost", "3"]).is_err(), "below bcrypt's minimum");
         assert_eq!(parse(&["--quota-backend-bytes", "65536"]).quota_backend_bytes(), Some(65536));
         assert!(parse(&["--logger", "zap"]).log_json());
         assert!(!parse(&["--logger", "zap", "--log-format", "text"]).log_json());

@@ -200,7 +200,7 @@ impl Leader {
         }
         match req {
             LeaderRequest::Write(cmd) => {
-                let granted = match &cmd {
+                let granted = match cmd.inner() {
                     Command::LeaseGrant(grant) => Some((grant.id, grant.ttl)),
                     _ => None,
                 };

@@ -6,6 +6,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::Context;
+use kv_api::auth::service::AuthService;
 use kv_api::lease::expiry::LeaseDeadlines;
 use kv_api::lease::service::LeaseService;
 use kv_api::service::cluster::ClusterService;
@@ -50,6 +51,10 @@ const REQUIRE_LEADER_KEY: &str = "hasleader";
 /// Runs a member until `shutdown` resolves.
 pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> anyhow::Result<()> {
     let initial_cluster = config.initial_cluster()?;
+    // Only simple tokens are built; a JWT setup must not start and run without the tokens it expects.
+    if config.auth_token.split(',').next() != Some("simple") {
+        anyhow::bail!("--auth-token {:?} is not supported: only 'simple' tokens are", config.auth_token);
+    }
     let client_addrs = addrs(&config.listen_client_urls)?;
     let peer_addrs = addrs(&config.listen_peer_urls)?;
     // Certificates are read before anything else starts, so that a bad flag stops the member at once.
@@ -137,8 +142,11 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> anyhow::
         // etcd: a lease lives at least 1.5 election timeouts, rounded up to whole seconds.
         min_lease_ttl: (config.election_timeout * 3).div_ceil(2000) as i64,
         quota_backend_bytes: config.quota_backend_bytes(),
+        bcrypt_cost: config.bcrypt_cost,
     };
     log_quota(&config);
+    store.write().auth_mut().tokens_mut().set_ttl(Duration::from_secs(config.auth_token_ttl));
+    let auth = pb::auth_server::AuthServer::new(AuthService::new(consensus.clone(), store.clone(), api.clone()));
     let max_message = config.max_request_bytes + GRPC_OVERHEAD_BYTES;
     let require_leader = {
         let consensus = consensus.clone();
@@ -253,6 +261,7 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> anyhow::
                 .add_service(MessageLimit::new(lease.clone(), max_message))
                 .add_service(MessageLimit::new(maintenance.clone(), max_message))
                 .add_service(MessageLimit::new(cluster.clone(), max_message))
+                .add_service(MessageLimit::new(auth.clone(), max_message))
                 .add_service(health.clone());
             let stop = stopped(stop_rx.clone());
             match tls {

@@ -62,8 +62,10 @@ impl<C: Consensus> LeaseService<C> {
         }
     }
 
-    async fn revoke(&self, req: pb::LeaseRevokeRequest) -> Result<pb::LeaseRevokeResponse> {
-        match self.propose(Command::LeaseRevoke(req)).await? {
+    async fn revoke(&self, token: Option<&str>, req: pb::LeaseRevokeRequest) -> Result<pb::LeaseRevokeResponse> {
+        // Revoking deletes the lease's keys: apply checks the caller may write every one of them.
+        let caller = crate::auth::caller(&*self.consensus, &self.store, token).await?;
+        match self.propose(crate::auth::as_caller(caller, Command::LeaseRevoke(req))).await? {
             CommandResponse::LeaseRevoke(mut resp) => {
                 fill_header(&*self.consensus, &self.store, &mut resp.header);
                 Ok(resp)
@@ -109,7 +111,8 @@ impl<C: Consensus> pb::lease_server::Lease for LeaseService<C> {
         &self,
         request: Request<pb::LeaseRevokeRequest>,
     ) -> Result<Response<pb::LeaseRevokeResponse>, Status> {
-        Ok(Response::new(self.revoke(request.into_inner()).await?))
+        let token = crate::auth::token_of(request.metadata());
+        Ok(Response::new(self.revoke(token.as_deref(), request.into_inner()).await?))
     }
 
     type LeaseKeepAliveStream = KeepAliveStream;

@@ -7,6 +7,7 @@ use proto::etcdserverpb as pb;
 use tonic::{Request, Response, Status};
 
 use super::{fill_header, ApiConfig};
+use crate::auth::{self, Caller};
 use crate::command::{Command, CommandResponse};
 use crate::consensus::{Consensus, SharedStore};
 use crate::error::{Error, Result};
@@ -31,28 +32,40 @@ impl<C: Consensus> KvService<C> {
         Ok(())
     }
 
-    async fn propose(&self, cmd: Command, encoded_len: usize) -> Result<CommandResponse> {
+    /// Proposes a client's write, with its caller while auth is enabled.
+    async fn propose(&self, token: Option<&str>, cmd: Command, encoded_len: usize) -> Result<CommandResponse> {
         self.refuse_learner()?;
         validate::check_size(encoded_len, &self.config.limits)?;
+        let caller = self.caller(token).await?;
         super::quota::check(&*self.consensus, &self.store, self.config.quota_backend_bytes, &cmd).await?;
-        self.consensus.propose(cmd).await
+        self.consensus.propose(auth::as_caller(caller, cmd)).await
     }
 
-    async fn range(&self, req: pb::RangeRequest) -> Result<pb::RangeResponse> {
+    async fn caller(&self, token: Option<&str>) -> Result<Option<Caller>> {
+        auth::caller(&*self.consensus, &self.store, token).await
+    }
+
+    async fn range(&self, token: Option<&str>, req: pb::RangeRequest) -> Result<pb::RangeResponse> {
         validate::check_range(&req)?;
         if !req.serializable {
             self.refuse_learner()?;
             self.consensus.read_barrier().await?;
         }
-        let mut resp = self.store.read().range(&req)?;
+        let caller = self.caller(token).await?;
+        let store = self.store.read();
+        if let Some(caller) = &caller {
+            store.auth().check_read(caller, &req.key, &req.range_end)?;
+        }
+        let mut resp = store.range(&req)?;
+        drop(store);
         fill_header(&*self.consensus, &self.store, &mut resp.header);
         Ok(resp)
     }
 
-    async fn put(&self, req: pb::PutRequest) -> Result<pb::PutResponse> {
+    async fn put(&self, token: Option<&str>, req: pb::PutRequest) -> Result<pb::PutResponse> {
         validate::check_put(&req)?;
         let len = req.encoded_len();
-        match self.propose(Command::Put(req), len).await? {
+        match self.propose(token, Command::Put(req), len).await? {
             CommandResponse::Put(mut resp) => {
                 fill_header(&*self.consensus, &self.store, &mut resp.header);
                 Ok(resp)
@@ -61,10 +74,10 @@ impl<C: Consensus> KvService<C> {
         }
     }
 
-    async fn delete_range(&self, req: pb::DeleteRangeRequest) -> Result<pb::DeleteRangeResponse> {
+    async fn delete_range(&self, token: Option<&str>, req: pb::DeleteRangeRequest) -> Result<pb::DeleteRangeResponse> {
         validate::check_delete(&req)?;
         let len = req.encoded_len();
-        match self.propose(Command::DeleteRange(req), len).await? {
+        match self.propose(token, Command::DeleteRange(req), len).await? {
             CommandResponse::DeleteRange(mut resp) => {
                 fill_header(&*self.consensus, &self.store, &mut resp.header);
                 Ok(resp)
@@ -73,7 +86,7 @@ impl<C: Consensus> KvService<C> {
         }
     }
 
-    async fn txn(&self, req: pb::TxnRequest) -> Result<pb::TxnResponse> {
+    async fn txn(&self, token: Option<&str>, req: pb::TxnRequest) -> Result<pb::TxnResponse> {
         validate::check_txn(&req, &self.config.limits)?;
         let mut resp = if txn::is_read_only(&req) {
             // Reads need no log entry: a read barrier makes them linearizable.
@@ -81,10 +94,15 @@ impl<C: Consensus> KvService<C> {
                 self.refuse_learner()?;
                 self.consensus.read_barrier().await?;
             }
-            self.store.read().txn_read_only(&req)?
+            let caller = self.caller(token).await?;
+            let store = self.store.read();
+            if let Some(caller) = &caller {
+                store.auth().check_txn(caller, &req)?;
+            }
+            store.txn_read_only(&req)?
         } else {
             let len = req.encoded_len();
-            match self.propose(Command::Txn(req), len).await? {
+            match self.propose(token, Command::Txn(req), len).await? {
                 CommandResponse::Txn(resp) => resp,
                 other => return Err(mismatch(&other)),
             }
@@ -93,9 +111,9 @@ impl<C: Consensus> KvService<C> {
         Ok(resp)
     }
 
-    async fn compact(&self, req: pb::CompactionRequest) -> Result<pb::CompactionResponse> {
+    async fn compact(&self, token: Option<&str>, req: pb::CompactionRequest) -> Result<pb::CompactionResponse> {
         let len = req.encoded_len();
-        match self.propose(Command::Compact(req), len).await? {
+        match self.propose(token, Command::Compact(req), len).await? {
             CommandResponse::Compact(mut resp) => {
                 fill_header(&*self.consensus, &self.store, &mut resp.header);
                 Ok(resp)
@@ -123,28 +141,28 @@ fn mismatch(resp: &CommandResponse) -> Error {
 #[tonic::async_trait]
 impl<C: Consensus> pb::kv_server::Kv for KvService<C> {
     async fn range(&self, request: Request<pb::RangeRequest>) -> Result<Response<pb::RangeResponse>, Status> {
-        Ok(Response::new(self.range(request.into_inner()).await?))
+        Ok(Response::new(self.range(auth::token_of(request.metadata()).as_deref(), request.into_inner()).await?))
     }
 
     async fn put(&self, request: Request<pb::PutRequest>) -> Result<Response<pb::PutResponse>, Status> {
-        Ok(Response::new(self.put(request.into_inner()).await?))
+        Ok(Response::new(self.put(auth::token_of(request.metadata()).as_deref(), request.into_inner()).await?))
     }
 
     async fn delete_range(
         &self,
         request: Request<pb::DeleteRangeRequest>,
     ) -> Result<Response<pb::DeleteRangeResponse>, Status> {
-        Ok(Response::new(self.delete_range(request.into_inner()).await?))
+        Ok(Response::new(self.delete_range(auth::token_of(request.metadata()).as_deref(), request.into_inner()).await?))
     }
 
     async fn txn(&self, request: Request<pb::TxnRequest>) -> Result<Response<pb::TxnResponse>, Status> {
-        Ok(Response::new(self.txn(request.into_inner()).await?))
+        Ok(Response::new(self.txn(auth::token_of(request.metadata()).as_deref(), request.into_inner()).await?))
     }
 
     async fn compact(
         &self,
         request: Request<pb::CompactionRequest>,
     ) -> Result<Response<pb::CompactionResponse>, Status> {
-        Ok(Response::new(self.compact(request.into_inner()).await?))
+        Ok(Response::new(self.compact(auth::token_of(request.metadata()).as_deref(), request.into_inner()).await?))
     }
 }

@@ -44,6 +44,15 @@ impl<C: Consensus> MaintenanceService<C> {
         }
     }
 
+    /// etcd's maintenance auth: while auth is enabled, Defragment, Snapshot, Hash and HashKV need root.
+    async fn check_admin(&self, metadata: &tonic::metadata::MetadataMap) -> Result<()> {
+        let token = crate::auth::token_of(metadata);
+        match crate::auth::caller(&*self.consensus, &self.store, token.as_deref()).await? {
+            Some(caller) => self.store.read().auth().check_admin(&caller),
+            None => Ok(()),
+        }
+    }
+
     /// Runs `f` on the store with everything apply staged committed first, on a blocking thread (hashes
     /// scan the whole backend; a defragmentation rewrites it). `f` runs under the store's write lock, so
     /// apply waits meanwhile: the backend does not change under it.
@@ -104,8 +113,9 @@ impl<C: Consensus> pb::maintenance_server::Maintenance for MaintenanceService<C>
     /// header.
     async fn defragment(
         &self,
-        _request: Request<pb::DefragmentRequest>,
+        request: Request<pb::DefragmentRequest>,
     ) -> Result<Response<pb::DefragmentResponse>, Status> {
+        self.check_admin(request.metadata()).await?;
         let (before, after) = self
             .committed(|store| {
                 let before = store.backend().size_bytes();
@@ -117,7 +127,8 @@ impl<C: Consensus> pb::maintenance_server::Maintenance for MaintenanceService<C>
         Ok(Response::new(pb::DefragmentResponse { header: None }))
     }
 
-    async fn hash(&self, _request: Request<pb::HashRequest>) -> Result<Response<pb::HashResponse>, Status> {
+    async fn hash(&self, request: Request<pb::HashRequest>) -> Result<Response<pb::HashResponse>, Status> {
+        self.check_admin(request.metadata()).await?;
         let (hash, revision) = self.committed(|store| hash::hash(store)).await?;
         let mut header = Some(pb::ResponseHeader { revision, ..Default::default() });
         fill_header(&*self.consensus, &self.store, &mut header);
@@ -125,6 +136,7 @@ impl<C: Consensus> pb::maintenance_server::Maintenance for MaintenanceService<C>
     }
 
     async fn hash_kv(&self, request: Request<pb::HashKvRequest>) -> Result<Response<pb::HashKvResponse>, Status> {
+        self.check_admin(request.metadata()).await?;
         let revision = request.into_inner().revision;
         let kv = self.committed(move |store| hash::hash_kv(store, revision)).await?;
         let mut header = Some(pb::ResponseHeader { revision: kv.current_revision, ..Default::default() });
@@ -135,7 +147,8 @@ impl<C: Consensus> pb::maintenance_server::Maintenance for MaintenanceService<C>
     type SnapshotStream = SnapshotStream;
 
     /// As etcd, a copy of this member's own store, without a round through the leader.
-    async fn snapshot(&self, _request: Request<pb::SnapshotRequest>) -> Result<Response<SnapshotStream>, Status> {
+    async fn snapshot(&self, request: Request<pb::SnapshotRequest>) -> Result<Response<SnapshotStream>, Status> {
+        self.check_admin(request.metadata()).await?;
         let file = self.consensus.snapshot().await?;
         Ok(Response::new(snapshot::stream(file)))
     }

@@ -28,6 +28,9 @@ pub(crate) fn current_header<C: Consensus>(consensus: &C, store: &SharedStore) -
     header
 }
 
+/// Go's `bcrypt.DefaultCost`, etcd's `--bcrypt-cost` default.
+pub const DEFAULT_BCRYPT_COST: u32 = 10;
+
 /// Settings the API reports and enforces.
 #[derive(Clone, Debug)]
 pub struct ApiConfig {
@@ -38,6 +41,8 @@ pub struct ApiConfig {
     pub min_lease_ttl: i64,
     /// `--quota-backend-bytes` as it applies (`None`: no quota, etcd's negative value).
     pub quota_backend_bytes: Option<u64>,
+    /// `--bcrypt-cost`: the work factor of stored password hashes (etcd's default 10).
+    pub bcrypt_cost: u32,
 }
 
 impl Default for ApiConfig {
@@ -47,6 +52,7 @@ impl Default for ApiConfig {
             version: crate::ETCD_VERSION.to_string(),
             min_lease_ttl: 2,
             quota_backend_bytes: Some(quota::DEFAULT_QUOTA_BYTES),
+            bcrypt_cost: DEFAULT_BCRYPT_COST,
         }
     }
 }

@@ -85,6 +85,7 @@ impl<C: Consensus> pb::watch_server::Watch for WatchService<C> {
         if require_leader && !self.consensus.has_leader() {
             return Err(Error::NoLeader.into());
         }
+        let token = crate::auth::token_of(request.metadata());
         let (tx, rx) = mpsc::channel(OUTBOUND_QUEUE);
         let stream = WatchStream::new(
             self.consensus.clone(),
@@ -93,6 +94,7 @@ impl<C: Consensus> pb::watch_server::Watch for WatchService<C> {
             self.config.clone(),
             tx,
             self.end_future(require_leader),
+            token,
         );
         tokio::spawn(stream.run(request.into_inner()));
         Ok(Response::new(ReceiverStream::new(rx)))

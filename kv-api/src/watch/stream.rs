@@ -75,6 +75,8 @@ pub(crate) struct WatchStream<C> {
     progress_requested: bool,
     /// The newest revision the client has seen from this stream, in events or progress notifications.
     sent_rev: i64,
+    /// The auth token the stream was opened with; each watch creation is checked against it.
+    token: Option<String>,
 }
 
 impl<C: Consensus> WatchStream<C> {
@@ -85,6 +87,7 @@ impl<C: Consensus> WatchStream<C> {
         config: WatchConfig,
         out: mpsc::Sender<Result<pb::WatchResponse, Status>>,
         end: EndFuture,
+        token: Option<String>,
     ) -> Self {
         Self {
             consensus,
@@ -99,6 +102,7 @@ impl<C: Consensus> WatchStream<C> {
             next_id: 0,
             progress_requested: false,
             sent_rev: 0,
+            token,
         }
     }
 
@@ -172,11 +176,11 @@ impl<C: Consensus> WatchStream<C> {
         let key = if create.key.is_empty() { vec![0] } else { create.key.clone() };
         let range = WatchRange::new(key, create.range_end.clone());
         let refused = if !matches!(range.range_end.as_slice(), [] | [0]) && range.key >= range.range_end {
-            Some(EMPTY_RANGE)
+            Some(EMPTY_RANGE.to_string())
         } else if create.watch_id != 0 && self.watchers.contains_key(&create.watch_id) {
-            Some(DUPLICATE_ID)
+            Some(DUPLICATE_ID.to_string())
         } else {
-            None
+            auth_refusal(self.consensus.clone(), self.store.clone(), self.token.clone(), &create).await
         };
         if let Some(reason) = refused {
             let resp = pb::WatchResponse {
@@ -184,7 +188,7 @@ impl<C: Consensus> WatchStream<C> {
                 watch_id: -1,
                 created: true,
                 canceled: true,
-                cancel_reason: reason.to_string(),
+                cancel_reason: reason,
                 ..Default::default()
             };
             return self.send(resp).await;
@@ -405,4 +409,29 @@ impl<C: Consensus> WatchStream<C> {
             sent = self.out.send(Ok(resp)) => sent.map_err(|_| End::ClientGone),
         }
     }
+}
+
+/// Why auth refuses a watch, in etcd's words: the caller must be able to read the whole range. The
+/// reason is the gRPC error's text as Go prints it.
+async fn auth_refusal<C: Consensus>(
+    consensus: Arc<C>,
+    store: SharedStore,
+    token: Option<String>,
+    create: &pb::WatchCreateRequest,
+) -> Option<String> {
+    let checked = match crate::auth::caller(&*consensus, &store, token.as_deref()).await {
+        Ok(Some(caller)) => store.read().auth().check_read(&caller, &create.key, &create.range_end),
+        Ok(None) => Ok(()),
+        Err(err) => Err(err),
+    };
+    let err = match checked.err()? {
+        err @ (Error::InvalidAuthToken | Error::AuthOldRevision | Error::UserEmpty) => err,
+        _ => Error::PermissionDenied,
+    };
+    let code = match err.code() {
+        tonic::Code::Unauthenticated => "Unauthenticated",
+        tonic::Code::InvalidArgument => "InvalidArgument",
+        _ => "PermissionDenied",
+    };
+    Some(format!("rpc error: code = {code} desc = {err}"))
 }

@@ -140,6 +140,7 @@ fn bucket_name(bucket: Bucket) -> &'static [u8] {
         Bucket::Meta => b"meta",
         Bucket::Lease => b"lease",
         Bucket::Alarm => b"alarm",
+        Bucket::Auth => b"auth",
     }
 }
 

@@ -1,0 +1,296 @@
+//! `etcdserverpb.Auth`: changes go through the log as [`AuthCommand`]s (apply checks the caller holds the
+//! root role); the listings are answered from this member's copy after a read barrier, with etcd's
+//! permission rules (a user may read itself, and the roles it holds).
+
+use std::sync::Arc;
+
+use proto::etcdserverpb as pb;
+use tonic::{Request, Response, Status};
+
+use super::token::TokenTable;
+use super::{as_caller, caller, no_password, token_of, AuthCommand, AuthOutcome, Caller};
+use crate::command::{Command, CommandResponse};
+use crate::consensus::{Consensus, SharedStore};
+use crate::error::{Error, Result};
+use crate::service::{current_header, ApiConfig};
+
+/// Logins retried when the auth state changed between the password check and the login's apply.
+const LOGIN_ATTEMPTS: usize = 3;
+
+pub struct AuthService<C> {
+    consensus: Arc<C>,
+    store: SharedStore,
+    config: ApiConfig,
+}
+
+type Header = Option<pb::ResponseHeader>;
+
+impl<C: Consensus> AuthService<C> {
+    pub fn new(consensus: Arc<C>, store: SharedStore, config: ApiConfig) -> Self {
+        Self { consensus, store, config }
+    }
+
+    fn header(&self) -> Header {
+        current_header(&*self.consensus, &self.store)
+    }
+
+    /// Proposes a change for the caller `token` names; answers apply's outcome and a header.
+    async fn change<T>(&self, request: &Request<T>, cmd: AuthCommand) -> Result<(AuthOutcome, Header)> {
+        if self.consensus.is_learner() {
+            return Err(Error::NotSupportedForLearner);
+        }
+        let token = token_of(request.metadata());
+        let caller = caller(&*self.consensus, &self.store, token.as_deref()).await?;
+        match self.consensus.propose(as_caller(caller, Command::Auth(cmd))).await? {
+            CommandResponse::Auth(outcome) => Ok((outcome, self.header())),
+            other => Err(Error::Internal(format!("apply answered an auth change with {other:?}"))),
+        }
+    }
+
+    /// The caller of a read-only request, once this member has applied everything committed; `None`
+    /// while auth is disabled.
+    async fn reader<T>(&self, request: &Request<T>) -> Result<Option<Caller>> {
+        self.consensus.read_barrier().await?;
+        let token = token_of(request.metadata());
+        caller(&*self.consensus, &self.store, token.as_deref()).await
+    }
+
+    /// A bcrypt hash at `--bcrypt-cost`, made off the runtime (cost 10 takes tens of milliseconds).
+    async fn hash(&self, password: String) -> Result<String> {
+        let cost = self.config.bcrypt_cost;
+        tokio::task::spawn_blocking(move || bcrypt::hash(password, cost))
+            .await
+            .map_err(|e| Error::Internal(format!("hash task failed: {e}")))?
+            .map_err(|e| Error::Internal(format!("bcrypt: {e}")))
+    }
+
+    async fn authenticate(&self, req: pb::AuthenticateRequest) -> Result<pb::AuthenticateResponse> {
+        for _ in 0..LOGIN_ATTEMPTS {
+            self.consensus.read_barrier().await?;
+            let (hash, checked_at) = {
+                let store = self.store.read();
+                let auth = store.auth();
+                if !auth.is_enabled() {
+                    return Err(Error::AuthNotEnabled);
+                }
+                let user = auth.user(&req.name).ok_or(Error::AuthFailed)?;
+                if no_password(user) {
+                    return Err(Error::NoPasswordUser);
+                }
+                (String::from_utf8_lossy(&user.password).into_owned(), auth.revision())
+            };
+            let password = req.password.clone();
+            let matches = tokio::task::spawn_blocking(move || bcrypt::verify(password, &hash).unwrap_or(false))
+                .await
+                .map_err(|e| Error::Internal(format!("hash task failed: {e}")))?;
+            if !matches {
+                return Err(Error::AuthFailed);
+            }
+            let login = AuthCommand::Authenticate { name: req.name.clone(), token: TokenTable::generate() };
+            let token = match self.consensus.propose(Command::Auth(login)).await? {
+                CommandResponse::Auth(AuthOutcome::Token(token)) => token,
+                other => return Err(Error::Internal(format!("apply answered a login with {other:?}"))),
+            };
+            // As etcd: a password checked against an auth state that changed since is checked again.
+            if self.store.read().auth().revision() == checked_at {
+                return Ok(pb::AuthenticateResponse { header: self.header(), token });
+            }
+        }
+        Err(Error::AuthOldRevision)
+    }
+}
+
+#[tonic::async_trait]
+impl<C: Consensus> pb::auth_server::Auth for AuthService<C> {
+    async fn auth_enable(
+        &self,
+        request: Request<pb::AuthEnableRequest>,
+    ) -> Result<Response<pb::AuthEnableResponse>, Status> {
+        let (_, header) = self.change(&request, AuthCommand::Enable).await?;
+        Ok(Response::new(pb::AuthEnableResponse { header }))
+    }
+
+    async fn auth_disable(
+        &self,
+        request: Request<pb::AuthDisableRequest>,
+    ) -> Result<Response<pb::AuthDisableResponse>, Status> {
+        let (_, header) = self.change(&request, AuthCommand::Disable).await?;
+        Ok(Response::new(pb::AuthDisableResponse { header }))
+    }
+
+    async fn auth_status(
+        &self,
+        request: Request<pb::AuthStatusRequest>,
+    ) -> Result<Response<pb::AuthStatusResponse>, Status> {
+        self.reader(&request).await?;
+        let (enabled, auth_revision) = {
+            let store = self.store.read();
+            (store.auth().is_enabled(), store.auth().revision())
+        };
+        Ok(Response::new(pb::AuthStatusResponse { header: self.header(), enabled, auth_revision }))
+    }
+
+    async fn authenticate(
+        &self,
+        request: Request<pb::AuthenticateRequest>,
+    ) -> Result<Response<pb::AuthenticateResponse>, Status> {
+        Ok(Response::new(self.authenticate(request.into_inner()).await?))
+    }
+
+    async fn user_add(
+        &self,
+        request: Request<pb::AuthUserAddRequest>,
+    ) -> Result<Response<pb::AuthUserAddResponse>, Status> {
+        let mut req = request.get_ref().clone();
+        let no_password = req.options.as_ref().is_some_and(|o| o.no_password);
+        if !no_password && req.hashed_password.is_empty() {
+            req.hashed_password = self.hash(std::mem::take(&mut req.password)).await?;
+        }
+        req.password.clear();
+        let (_, header) = self.change(&request, AuthCommand::UserAdd(req)).await?;
+        Ok(Response::new(pb::AuthUserAddResponse { header }))
+    }
+
+    async fn user_get(
+        &self,
+        request: Request<pb::AuthUserGetRequest>,
+    ) -> Result<Response<pb::AuthUserGetResponse>, Status> {
+        let caller = self.reader(&request).await?;
+        let name = &request.get_ref().name;
+        let store = self.store.read();
+        let auth = store.auth();
+        if let Some(caller) = &caller {
+            // A user may always read itself.
+            if caller.user != *name {
+                auth.check_admin(caller)?;
+            }
+        }
+        let roles = auth.user(name).ok_or(Error::UserNotFound)?.roles.clone();
+        drop(store);
+        Ok(Response::new(pb::AuthUserGetResponse { header: self.header(), roles }))
+    }
+
+    async fn user_list(
+        &self,
+        request: Request<pb::AuthUserListRequest>,
+    ) -> Result<Response<pb::AuthUserListResponse>, Status> {
+        let caller = self.reader(&request).await?;
+        let store = self.store.read();
+        if let Some(caller) = &caller {
+            store.auth().check_admin(caller)?;
+        }
+        let users = store.auth().user_names();
+        drop(store);
+        Ok(Response::new(pb::AuthUserListResponse { header: self.header(), users }))
+    }
+
+    async fn user_delete(
+        &self,
+        request: Request<pb::AuthUserDeleteRequest>,
+    ) -> Result<Response<pb::AuthUserDeleteResponse>, Status> {
+        let req = request.get_ref().clone();
+        let (_, header) = self.change(&request, AuthCommand::UserDelete(req)).await?;
+        Ok(Response::new(pb::AuthUserDeleteResponse { header }))
+    }
+
+    async fn user_change_password(
+        &self,
+        request: Request<pb::AuthUserChangePasswordRequest>,
+    ) -> Result<Response<pb::AuthUserChangePasswordResponse>, Status> {
+        let mut req = request.get_ref().clone();
+        if req.hashed_password.is_empty() {
+            req.hashed_password = self.hash(std::mem::take(&mut req.password)).await?;
+        }
+        req.password.clear();
+        let (_, header) = self.change(&request, AuthCommand::UserChangePassword(req)).await?;
+        Ok(Response::new(pb::AuthUserChangePasswordResponse { header }))
+    }
+
+    async fn user_grant_role(
+        &self,
+        request: Request<pb::AuthUserGrantRoleRequest>,
+    ) -> Result<Response<pb::AuthUserGrantRoleResponse>, Status> {
+        let req = request.get_ref().clone();
+        let (_, header) = self.change(&request, AuthCommand::UserGrantRole(req)).await?;
+        Ok(Response::new(pb::AuthUserGrantRoleResponse { header }))
+    }
+
+    async fn user_revoke_role(
+        &self,
+        request: Request<pb::AuthUserRevokeRoleRequest>,
+    ) -> Result<Response<pb::AuthUserRevokeRoleResponse>, Status> {
+        let req = request.get_ref().clone();
+        let (_, header) = self.change(&request, AuthCommand::UserRevokeRole(req)).await?;
+        Ok(Response::new(pb::AuthUserRevokeRoleResponse { header }))
+    }
+
+    async fn role_add(
+        &self,
+        request: Request<pb::AuthRoleAddRequest>,
+    ) -> Result<Response<pb::AuthRoleAddResponse>, Status> {
+        let req = request.get_ref().clone();
+        let (_, header) = self.change(&request, AuthCommand::RoleAdd(req)).await?;
+        Ok(Response::new(pb::AuthRoleAddResponse { header }))
+    }
+
+    async fn role_get(
+        &self,
+        request: Request<pb::AuthRoleGetRequest>,
+    ) -> Result<Response<pb::AuthRoleGetResponse>, Status> {
+        let caller = self.reader(&request).await?;
+        let role = &request.get_ref().role;
+        let store = self.store.read();
+        let auth = store.auth();
+        if let Some(caller) = &caller {
+            // A user may always read the roles it holds.
+            let holds = auth.user(&caller.user).is_some_and(|user| user.roles.contains(role));
+            if !holds {
+                auth.check_admin(caller)?;
+            }
+        }
+        let perm = auth.role(role).ok_or(Error::RoleNotFound)?.key_permission.clone();
+        drop(store);
+        Ok(Response::new(pb::AuthRoleGetResponse { header: self.header(), perm }))
+    }
+
+    async fn role_list(
+        &self,
+        request: Request<pb::AuthRoleListRequest>,
+    ) -> Result<Response<pb::AuthRoleListResponse>, Status> {
+        let caller = self.reader(&request).await?;
+        let store = self.store.read();
+        if let Some(caller) = &caller {
+            store.auth().check_admin(caller)?;
+        }
+        let roles = store.auth().role_names();
+        drop(store);
+        Ok(Response::new(pb::AuthRoleListResponse { header: self.header(), roles }))
+    }
+
+    async fn role_delete(
+        &self,
+        request: Request<pb::AuthRoleDeleteRequest>,
+    ) -> Result<Response<pb::AuthRoleDeleteResponse>, Status> {
+        let req = request.get_ref().clone();
+        let (_, header) = self.change(&request, AuthCommand::RoleDelete(req)).await?;
+        Ok(Response::new(pb::AuthRoleDeleteResponse { header }))
+    }
+
+    async fn role_grant_permission(
+        &self,
+        request: Request<pb::AuthRoleGrantPermissionRequest>,
+    ) -> Result<Response<pb::AuthRoleGrantPermissionResponse>, Status> {
+        let req = request.get_ref().clone();
+        let (_, header) = self.change(&request, AuthCommand::RoleGrantPermission(req)).await?;
+        Ok(Response::new(pb::AuthRoleGrantPermissionResponse { header }))
+    }
+
+    async fn role_revoke_permission(
+        &self,
+        request: Request<pb::AuthRoleRevokePermissionRequest>,
+    ) -> Result<Response<pb::AuthRoleRevokePermissionResponse>, Status> {
+        let req = request.get_ref().clone();
+        let (_, header) = self.change(&request, AuthCommand::RoleRevokePermission(req)).await?;
+        Ok(Response::new(pb::AuthRoleRevokePermissionResponse { header }))
+    }
+}
