@@ -267,6 +267,11 @@ impl ClusterMember {
         etcdctl::run(&self.endpoint(), args, None).await
     }
 
+    /// Runs `etcdctl --endpoints=<this member> <args>` with `stdin` as its standard input.
+    pub async fn etcdctl_stdin(&self, args: &[&str], stdin: &str) -> anyhow::Result<CtlOutput> {
+        etcdctl::run(&self.endpoint(), args, Some(stdin)).await
+    }
+
     /// Polls Status until it answers, the process exits, or [`SERVE_TIMEOUT`] passes. Status,
     /// unlike a linearizable read, is served by learners and by members still catching up.
     pub async fn wait_serving(&self) -> anyhow::Result<()> {

@@ -3,6 +3,7 @@
 //! Each test starts its own member (`KV_TEST_SERVER=etcd|ours`) on free ports, so tests run in
 //! parallel. Every expectation is what real etcd 3.4 does.
 
+mod auth;
 mod client_error;
 mod client_kv;
 mod client_txn;
