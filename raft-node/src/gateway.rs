@@ -42,6 +42,23 @@ const ROUTES: &[(&str, &str, &str)] = &[
     ("/v3/maintenance/defragment", "etcdserverpb.Maintenance", "Defragment"),
     ("/v3/maintenance/hash", "etcdserverpb.Maintenance", "Hash"),
     ("/v3/maintenance/transfer-leadership", "etcdserverpb.Maintenance", "MoveLeader"),
+    ("/v3/auth/enable", "etcdserverpb.Auth", "AuthEnable"),
+    ("/v3/auth/disable", "etcdserverpb.Auth", "AuthDisable"),
+    ("/v3/auth/status", "etcdserverpb.Auth", "AuthStatus"),
+    ("/v3/auth/authenticate", "etcdserverpb.Auth", "Authenticate"),
+    ("/v3/auth/user/add", "etcdserverpb.Auth", "UserAdd"),
+    ("/v3/auth/user/get", "etcdserverpb.Auth", "UserGet"),
+    ("/v3/auth/user/list", "etcdserverpb.Auth", "UserList"),
+    ("/v3/auth/user/delete", "etcdserverpb.Auth", "UserDelete"),
+    ("/v3/auth/user/changepw", "etcdserverpb.Auth", "UserChangePassword"),
+    ("/v3/auth/user/grant", "etcdserverpb.Auth", "UserGrantRole"),
+    ("/v3/auth/user/revoke", "etcdserverpb.Auth", "UserRevokeRole"),
+    ("/v3/auth/role/add", "etcdserverpb.Auth", "RoleAdd"),
+    ("/v3/auth/role/get", "etcdserverpb.Auth", "RoleGet"),
+    ("/v3/auth/role/list", "etcdserverpb.Auth", "RoleList"),
+    ("/v3/auth/role/delete", "etcdserverpb.Auth", "RoleDelete"),
+    ("/v3/auth/role/grant", "etcdserverpb.Auth", "RoleGrantPermission"),
+    ("/v3/auth/role/revoke", "etcdserverpb.Auth", "RoleRevokePermission"),
 ];
 
 /// The largest JSON body read (etcd's default request limit is 1.5 MiB; base64 and JSON add a third).
@@ -94,6 +111,8 @@ where
     B: http_body::Body<Data = Bytes>,
     B::Error: Into<tonic::codegen::StdError>,
 {
+    // grpc-gateway passes the `Authorization` header on as metadata, where auth looks for the token.
+    let token = request.headers().get(header::AUTHORIZATION).cloned();
     let body = Limited::new(request.into_body(), MAX_BODY_BYTES).collect().await;
     let body = body.map_err(|e| (Code::InvalidArgument, e.to_string()))?.to_bytes();
     let message = decode_json(method, &body)?;
@@ -109,6 +128,9 @@ where
     *call.uri_mut() = path.parse().map_err(|_| (Code::Internal, format!("bad gRPC path {path}")))?;
     call.headers_mut().insert(header::CONTENT_TYPE, HeaderValue::from_static("application/grpc"));
     call.headers_mut().insert(header::TE, HeaderValue::from_static("trailers"));
+    if let Some(token) = token {
+        call.headers_mut().insert(header::AUTHORIZATION, token);
+    }
 
     std::future::poll_fn(|cx| grpc.poll_ready(cx))
         .await

@@ -32,11 +32,25 @@ pub async fn get(client_url: &str, path: &str) -> anyhow::Result<HttpResponse> {
 
 /// `method path` with an optional JSON body, on a new connection that the request closes.
 pub async fn request(client_url: &str, method: &str, path: &str, body: Option<&str>) -> anyhow::Result<HttpResponse> {
+    request_with(client_url, method, path, body, &[]).await
+}
+
+/// [`request`] with extra headers (`Authorization: <token>` for the gateway with auth enabled).
+pub async fn request_with(
+    client_url: &str,
+    method: &str,
+    path: &str,
+    body: Option<&str>,
+    extra_headers: &[(&str, &str)],
+) -> anyhow::Result<HttpResponse> {
     let authority = client_url.strip_prefix("http://").unwrap_or(client_url).trim_end_matches('/');
     let exchange = async {
         let mut stream =
             tokio::net::TcpStream::connect(authority).await.with_context(|| format!("dialing {authority}"))?;
         let mut head = format!("{method} {path} HTTP/1.1\r\nHost: {authority}\r\nConnection: close\r\n");
+        for (name, value) in extra_headers {
+            head.push_str(&format!("{name}: {value}\r\n"));
+        }
         if let Some(body) = body {
             head.push_str(&format!("Content-Type: application/json\r\nContent-Length: {}\r\n", body.len()));
         }

@@ -213,3 +213,36 @@ async fn auth_state_and_logins_through_any_member_survive_a_restart() -> anyhow:
     assert_eq!(ctl(member, &as_user(ROOT, &["user", "list"])).await?, "reader\nroot\n");
     Ok(())
 }
+
+#[tokio::test]
+async fn the_gateway_authenticates_and_passes_the_token_from_the_authorization_header() -> anyhow::Result<()> {
+    use tests::http::request_with;
+    let cluster = Cluster::start(1).await?;
+    let member = cluster.member(0);
+    read_only_app_user(member).await?;
+    let url = member.client_url();
+    let login = r#"{"name":"reader","password":"readpw"}"#;
+    let answer = request_with(&url, "POST", "/v3/auth/authenticate", Some(login), &[]).await?;
+    assert_eq!(answer.status, 200, "{answer:?}");
+    let json: serde_json::Value = serde_json::from_str(&answer.body)?;
+    let token = json["token"].as_str().context("no token")?.to_owned();
+
+    // base64 of "/app/a" and "/secret".
+    let (app, secret) = (r#"{"key":"L2FwcC9h"}"#, r#"{"key":"L3NlY3JldA=="}"#);
+    let auth = [("Authorization", token.as_str())];
+    let read = request_with(&url, "POST", "/v3/kv/range", Some(app), &auth).await?;
+    assert_eq!(read.status, 200, "{read:?}");
+    let json: serde_json::Value = serde_json::from_str(&read.body)?;
+    assert_eq!(json["kvs"][0]["value"], "MQ==", "{json}");
+    let denied = request_with(&url, "POST", "/v3/kv/range", Some(secret), &auth).await?;
+    assert_eq!(denied.status, 403, "{denied:?}");
+    let json: serde_json::Value = serde_json::from_str(&denied.body)?;
+    assert_eq!((json["message"].as_str(), json["code"].as_i64()), (Some("etcdserver: permission denied"), Some(7)));
+    let anonymous = request_with(&url, "POST", "/v3/kv/range", Some(app), &[]).await?;
+    assert_eq!(anonymous.status, 400, "{anonymous:?}");
+    let wrong = request_with(&url, "POST", "/v3/kv/range", Some(app), &[("Authorization", "bogus.1")]).await?;
+    assert_eq!(wrong.status, 401, "{wrong:?}");
+    let json: serde_json::Value = serde_json::from_str(&wrong.body)?;
+    assert_eq!(json["message"], "etcdserver: invalid auth token", "{json}");
+    Ok(())
+}
