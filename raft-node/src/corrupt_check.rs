@@ -7,41 +7,54 @@
 //! With `--experimental-initial-corrupt-check` a member makes the same comparison once before it
 //! serves clients, and refuses to start on a mismatch.
 //!
-//! The other members are asked through their client URLs (Maintenance.HashKV), as etcd asks its peers'
-//! HTTP endpoints.
+//! The other members are asked on their peer URLs (`RaftPeer.HashKv`), as etcd asks its peers' HTTP
+//! endpoints: client auth and client TLS do not apply there.
 
 use std::sync::Arc;
 use std::time::Duration;
 
 use kv_api::{Command, Consensus, SharedStore};
 use proto::etcdserverpb as pb;
+use proto::raftpb::{self, raft_peer_client::RaftPeerClient};
 use tracing::{debug, error, warn};
 
 use crate::consensus::RaftConsensus;
+use crate::dial::PeerDialer;
+use crate::peer_service::PeerHash;
+use crate::storage::{decode, encode};
 
 /// How long a member has to answer the leader's hash request.
 const PEER_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// Runs the check every `interval` while this member leads, forever.
-pub async fn check_periodically(consensus: Arc<RaftConsensus>, store: SharedStore, interval: Duration) {
+pub async fn check_periodically(
+    consensus: Arc<RaftConsensus>,
+    store: SharedStore,
+    dialer: PeerDialer,
+    interval: Duration,
+) {
     let mut ticks = tokio::time::interval(interval);
     ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     ticks.tick().await;
     loop {
         ticks.tick().await;
-        if let Err(err) = check_once(&consensus, &store).await {
+        if let Err(err) = check_once(&consensus, &store, &dialer).await {
             warn!(%err, "corruption check failed");
         }
     }
 }
 
 /// One pass; returns the member ids found corrupt (and raises the alarm for each).
-pub async fn check_once(consensus: &RaftConsensus, store: &SharedStore) -> anyhow::Result<Vec<u64>> {
+pub async fn check_once(
+    consensus: &RaftConsensus,
+    store: &SharedStore,
+    dialer: &PeerDialer,
+) -> anyhow::Result<Vec<u64>> {
     let own_id = consensus.header().member_id;
     if consensus.raft_status().leader != own_id {
         return Ok(Vec::new());
     }
-    let corrupt = diverged_members(consensus, store).await?;
+    let corrupt = diverged_members(consensus, store, dialer).await?;
     for &member_id in &corrupt {
         let raise = Command::Alarm(pb::AlarmRequest {
             action: pb::alarm_request::AlarmAction::Activate as i32,
@@ -55,8 +68,12 @@ pub async fn check_once(consensus: &RaftConsensus, store: &SharedStore) -> anyho
 
 /// etcd's `--experimental-initial-corrupt-check`: before this member serves clients, its hash at its
 /// revision must match every reachable member's at the same revision and compacted revision.
-pub async fn check_initially(consensus: &RaftConsensus, store: &SharedStore) -> anyhow::Result<()> {
-    let diverged = diverged_members(consensus, store).await?;
+pub async fn check_initially(
+    consensus: &RaftConsensus,
+    store: &SharedStore,
+    dialer: &PeerDialer,
+) -> anyhow::Result<()> {
+    let diverged = diverged_members(consensus, store, dialer).await?;
     if !diverged.is_empty() {
         let ids: Vec<String> = diverged.iter().map(|id| format!("{id:x}")).collect();
         anyhow::bail!("found data inconsistency with peers {}", ids.join(","));
@@ -67,7 +84,11 @@ pub async fn check_initially(consensus: &RaftConsensus, store: &SharedStore) -> 
 
 /// The members whose `HashKV` at this member's current revision differs from this member's while they
 /// report the same compacted revision; members that cannot answer are skipped (with a warning).
-async fn diverged_members(consensus: &RaftConsensus, store: &SharedStore) -> anyhow::Result<Vec<u64>> {
+async fn diverged_members(
+    consensus: &RaftConsensus,
+    store: &SharedStore,
+    dialer: &PeerDialer,
+) -> anyhow::Result<Vec<u64>> {
     let own_id = consensus.header().member_id;
     let local = {
         let store = store.clone();
@@ -83,8 +104,8 @@ async fn diverged_members(consensus: &RaftConsensus, store: &SharedStore) -> any
         if member.id == own_id {
             continue;
         }
-        let Some(url) = member.client_ur_ls.first() else { continue };
-        let peer = match tokio::time::timeout(PEER_TIMEOUT, peer_hash(url, local.current_revision)).await {
+        let Some(url) = member.peer_ur_ls.first() else { continue };
+        let peer = match tokio::time::timeout(PEER_TIMEOUT, peer_hash(dialer, url, local.current_revision)).await {
             Ok(Ok(peer)) => peer,
             Ok(Err(err)) => {
                 warn!(member_id = format!("{:x}", member.id), %err, "cannot fetch a member's hash");
@@ -112,7 +133,17 @@ async fn diverged_members(consensus: &RaftConsensus, store: &SharedStore) -> any
     Ok(diverged)
 }
 
-async fn peer_hash(url: &str, revision: i64) -> anyhow::Result<pb::HashKvResponse> {
-    let mut client = pb::maintenance_client::MaintenanceClient::connect(url.to_string()).await?;
-    Ok(client.hash_kv(pb::HashKvRequest { revision }).await?.into_inner())
+/// A member's hash at `revision` and its compacted revision, asked on its peer URL.
+async fn peer_hash(dialer: &PeerDialer, url: &str, revision: i64) -> anyhow::Result<PeerKvHash> {
+    let channel = dialer.channel(url).ok_or_else(|| anyhow::anyhow!("cannot dial {url}"))?;
+    let mut client = RaftPeerClient::new(channel);
+    let request = raftpb::RaftMessage { payload: encode(&revision)? };
+    let answer: PeerHash = decode(&client.hash_kv(request).await?.into_inner().payload)?;
+    let (hash, _, compact_revision) = answer.map_err(|e| anyhow::anyhow!("{e}"))?;
+    Ok(PeerKvHash { hash, compact_revision })
+}
+
+struct PeerKvHash {
+    hash: u32,
+    compact_revision: i64,
 }

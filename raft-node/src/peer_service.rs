@@ -12,6 +12,10 @@ use crate::leader::{unix_ms, Forwarded, Leader, LeaderReply};
 use crate::storage::{decode, encode};
 use crate::typ::{SnapshotMeta, Vote};
 
+/// A member's answer to [`raftpb::raft_peer_server::RaftPeer::hash_kv`]: hash, current revision and
+/// compacted revision, or why it could not hash.
+pub type PeerHash = Result<(u32, i64, i64), String>;
+
 pub struct PeerService {
     leader: Leader,
 }
@@ -73,6 +77,21 @@ impl raftpb::raft_peer_server::RaftPeer for PeerService {
             Some(result) => reply(&result),
             None => Err(Status::invalid_argument("an empty snapshot stream")),
         }
+    }
+
+    async fn hash_kv(&self, request: Request<raftpb::RaftMessage>) -> Result<Response<raftpb::RaftMessage>, Status> {
+        let revision: i64 = decoded(&request.into_inner().payload)?;
+        let store = self.leader.store.clone();
+        let hashed = tokio::task::spawn_blocking(move || {
+            let mut store = store.write();
+            store.commit()?;
+            kv_api::hash::hash_kv(&store, revision)
+        })
+        .await
+        .map_err(|e| Status::internal(format!("hash task failed: {e}")))?;
+        let answer: PeerHash =
+            hashed.map(|h| (h.hash, h.current_revision, h.compact_revision)).map_err(|e| e.to_string());
+        reply(&answer)
     }
 
     async fn forward(&self, request: Request<raftpb::RaftMessage>) -> Result<Response<raftpb::RaftMessage>, Status> {

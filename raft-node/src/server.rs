@@ -99,7 +99,7 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> anyhow::
     }
     .validate()
     .context("invalid Raft timing (heartbeat interval must be below the election timeout)")?;
-    let network = PeerNetwork::new(dialer);
+    let network = PeerNetwork::new(dialer.clone());
     let raft = Raft::new(identity.member_id, Arc::new(raft_config), network.clone(), log_store, state_machine)
         .await
         .context("starting Raft")?;
@@ -162,7 +162,9 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> anyhow::
     tokio::spawn(lease_expiry::expire_leases(leader.clone()));
     if !config.experimental_corrupt_check_time.is_zero() {
         let interval = config.experimental_corrupt_check_time;
-        tokio::spawn(crate::corrupt_check::check_periodically(consensus.clone(), store.clone(), interval));
+        let checks =
+            crate::corrupt_check::check_periodically(consensus.clone(), store.clone(), dialer.clone(), interval);
+        tokio::spawn(checks);
     }
     let kv = pb::kv_server::KvServer::new(KvService::new(consensus.clone(), store.clone(), api.clone()))
         .max_decoding_message_size(usize::MAX)
@@ -244,7 +246,7 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> anyhow::
         () = publish(consensus.clone(), raft.clone(), identity.member_id, config.clone()) => true,
     };
     if published && config.experimental_initial_corrupt_check {
-        crate::corrupt_check::check_initially(&consensus, &store).await?;
+        crate::corrupt_check::check_initially(&consensus, &store, &dialer).await?;
     }
     if published {
         for (addr, listener, tls) in client_listeners {

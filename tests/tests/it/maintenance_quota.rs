@@ -203,6 +203,12 @@ async fn corruption_checks_find_a_diverged_member() -> anyhow::Result<()> {
         tokio::time::sleep(std::time::Duration::from_millis(150)).await;
         client.put("other", format!("{i}"), None).await?;
     }
+    // With auth on, the members still compare hashes (they ask each other on the peer port).
+    for args in [&["user", "add", "root:pw"][..], &["user", "grant-role", "root", "root"], &["auth", "enable"]] {
+        cluster.member(leader).etcdctl(args).await?.ok()?;
+    }
+    let root = etcd_client::ConnectOptions::new().with_user("root", "pw");
+    let mut client = Client::connect([cluster.member(leader).endpoint()], Some(root)).await?;
     cluster.wait_converged(&[0, 1, 2]).await?;
     tokio::time::sleep(std::time::Duration::from_secs(1)).await;
     let victim_id = cluster.member(victim).status().await?.member_id;
