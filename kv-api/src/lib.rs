@@ -18,6 +18,7 @@
 //! - [`consensus`]: the [`Consensus`] seam to Raft.
 //! - [`error`]: the one error type and its mapping to gRPC statuses.
 //! - [`service`]: the tonic services (KV, Maintenance, Cluster).
+//! - [`stats`]: counts of ranges, puts, deletes and txns, for etcd's metrics.
 //! - [`watch`]: the Watch service and the [`watch::WatchHub`] the apply path feeds.
 
 pub mod alarm;
@@ -33,6 +34,7 @@ pub mod lease;
 pub mod range;
 pub mod revision;
 pub mod service;
+pub mod stats;
 pub mod store;
 pub mod txn;
 pub mod validate;

@@ -22,6 +22,7 @@ use crate::index::{KeyRange, TreeIndex};
 use crate::lease::{Lease, LeaseId, LeaseTable, MAX_LEASE_TTL};
 use crate::range;
 use crate::revision::Revision;
+use crate::stats;
 use crate::txn;
 
 pub(crate) const META_COMPACT_REV: &[u8] = b"compact_rev";
@@ -89,6 +90,8 @@ pub struct MvccStore {
     alarms: AlarmTable,
     /// Users, roles and the auth flags (tokens too, member-local).
     auth: AuthStore,
+    /// Keys alive at the current revision (etcd's `keys_total`), kept as writes apply.
+    live_keys: i64,
 }
 
 impl std::fmt::Debug for MvccStore {
@@ -111,6 +114,7 @@ impl MvccStore {
             leases: LeaseTable::default(),
             alarms: AlarmTable::default(),
             auth: AuthStore::default(),
+            live_keys: 0,
         };
         store.load()?;
         Ok(store)
@@ -157,6 +161,7 @@ impl MvccStore {
         }
         // Compaction may have removed the newest tombstones; the revision never goes back below it.
         self.current = newest.max(self.compacted).max(1);
+        self.live_keys = self.index.range(KeyRange::new(&[0], &[0]), self.current).count() as i64;
 
         self.leases.clear();
         let leases = &mut self.leases;
@@ -219,6 +224,11 @@ impl MvccStore {
         self.current
     }
 
+    /// How many keys are alive at the current revision.
+    pub fn live_keys(&self) -> i64 {
+        self.live_keys
+    }
+
     pub fn compacted_revision(&self) -> i64 {
         self.compacted
     }
@@ -238,6 +248,7 @@ impl MvccStore {
 
     /// Range seen from a store whose newest revision is `current`.
     fn range_at(&self, req: &pb::RangeRequest, current: i64) -> Result<pb::RangeResponse> {
+        stats::count(&stats::RANGES);
         let at = match req.revision {
             rev if rev > current => return Err(Error::FutureRevision),
             rev if rev <= 0 => current,
@@ -400,6 +411,7 @@ impl MvccStore {
     /// branches, all changes at one main revision. Read-only txns change nothing and may be run on any
     /// member without consensus.
     pub fn txn(&mut self, req: &pb::TxnRequest) -> Result<pb::TxnResponse> {
+        stats::count(&stats::TXNS);
         let path = txn::compare_path(self, req, self.current);
         txn::check_ops(self, req, &path, self.current)?;
         let mut txn = self.begin();
@@ -412,6 +424,7 @@ impl MvccStore {
 
     /// Serves a read-only txn (no put, no delete, at any depth) without changing anything.
     pub fn txn_read_only(&self, req: &pb::TxnRequest) -> Result<pb::TxnResponse> {
+        stats::count(&stats::TXNS);
         debug_assert!(txn::is_read_only(req));
         let path = txn::compare_path(self, req, self.current);
         txn::check_ops(self, req, &path, self.current)?;
@@ -487,6 +500,7 @@ impl MvccStore {
     }
 
     fn put(&mut self, txn: &mut WriteTxn, req: &pb::PutRequest) -> Result<pb::PutResponse> {
+        stats::count(&stats::PUTS);
         let prev = if req.prev_kv || req.ignore_value || req.ignore_lease {
             self.get_at(&req.key, txn.read_rev())?
         } else {
@@ -506,7 +520,10 @@ impl MvccStore {
         let rev = Revision::new(txn.begin + 1, txn.changes);
         let (create_revision, version) = match self.index.get(&req.key, rev.main) {
             Some(found) => (found.created.main, found.version + 1),
-            None => (rev.main, 1),
+            None => {
+                self.live_keys += 1;
+                (rev.main, 1)
+            }
         };
         let kv = KeyValue { key: req.key.clone(), create_revision, mod_revision: rev.main, version, value, lease };
         self.leases.attach(&req.key, kv.lease);
@@ -517,6 +534,7 @@ impl MvccStore {
     }
 
     fn delete_range(&mut self, txn: &mut WriteTxn, req: &pb::DeleteRangeRequest) -> Result<pb::DeleteRangeResponse> {
+        stats::count(&stats::DELETES);
         let range = KeyRange::new(&req.key, &req.range_end);
         let victims = self.kvs_at(range, txn.read_rev())?;
         self.delete_keys(txn, &victims);
@@ -536,6 +554,7 @@ impl MvccStore {
                 panic!("key {:?} listed alive at {} but cannot be deleted", victim.key, txn.read_rev());
             }
             self.leases.attach(&victim.key, 0);
+            self.live_keys -= 1;
             self.stage(rev, true, tombstone);
             txn.changes += 1;
         }

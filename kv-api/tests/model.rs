@@ -651,6 +651,8 @@ fn run(seed: u64) -> Tally {
         tally.compactions += usize::from(matches!((&cmd, &want), (Command::Compact(_), Ok(_))));
         ctx.check("current revision", &cmd, &store.current_revision(), &model.current());
         ctx.check("compacted revision", &cmd, &store.compacted_revision(), &model.compacted);
+        let live = model.state(model.current()).len() as i64;
+        ctx.check("live keys", &cmd, &store.live_keys(), &live);
 
         if gen.rng.gen_bool(0.3) {
             store.commit().expect("commit");
@@ -672,6 +674,8 @@ fn run(seed: u64) -> Tally {
             }
             ctx.check("current revision after reopen", &"reopen", &store.current_revision(), &model.current());
             ctx.check("compacted revision after reopen", &"reopen", &store.compacted_revision(), &model.compacted);
+            let live = model.state(model.current()).len() as i64;
+            ctx.check("live keys after reopen", &"reopen", &store.live_keys(), &live);
         }
 
         for _ in 0..2 {

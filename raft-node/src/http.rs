@@ -37,6 +37,8 @@ pub struct Endpoints {
     pub member_id: u64,
     /// The emulated etcd version (`--emulated-version`).
     pub version: String,
+    /// `--quota-backend-bytes` as it applies (0: no quota).
+    pub quota_backend_bytes: u64,
 }
 
 impl Endpoints {
@@ -91,14 +93,14 @@ impl Endpoints {
             is_learner: status.is_learner,
             applied_index: status.raft_applied_index,
             server_version: self.version.clone(),
+            quota_backend_bytes: self.quota_backend_bytes,
             ..MemberView::default()
         };
-        // Counting the keys walks the key index, and /proc is read: neither belongs on the runtime.
+        // The backend's size and /proc are read from files: not on the runtime.
         let store = self.store.clone();
         let read = tokio::task::spawn_blocking(move || {
             let store = store.read();
-            let all = pb::RangeRequest { key: vec![0], range_end: vec![0], count_only: true, ..Default::default() };
-            let keys = store.range(&all).map_or(0, |r| r.count);
+            let keys = store.live_keys();
             let sizes = (store.backend().size_bytes(), keys, store.current_revision(), store.compacted_revision());
             drop(store);
             (sizes, ProcessView::read())

@@ -153,6 +153,7 @@ pub struct MemberView {
     pub keys: i64,
     pub current_revision: i64,
     pub compact_revision: i64,
+    pub quota_backend_bytes: u64,
     pub process: ProcessView,
 }
 
@@ -276,6 +277,12 @@ pub fn render(view: &MemberView) -> String {
             GAUGE,
             view.compact_revision as f64,
         ),
+        (
+            "etcd_server_quota_backend_bytes",
+            "Current backend storage quota size in bytes.",
+            GAUGE,
+            view.quota_backend_bytes as f64,
+        ),
         ("process_cpu_seconds_total", "Total user and system CPU time spent in seconds.", COUNTER, p.cpu_seconds),
         ("process_max_fds", "Maximum number of open file descriptors.", GAUGE, p.max_fds),
         ("process_open_fds", "Number of open file descriptors.", GAUGE, p.open_fds),
@@ -291,6 +298,20 @@ pub fn render(view: &MemberView) -> String {
     let mut out = Exposition::default();
     for (name, help, kind, value) in singles {
         out.labelled(name, help, kind, &[(&[], value)]);
+    }
+    // etcd registers each of these under two names.
+    use kv_api::stats;
+    let operations = [
+        ("etcd_mvcc_range_total", "etcd_debugging_mvcc_range_total", "ranges", &stats::RANGES),
+        ("etcd_mvcc_put_total", "etcd_debugging_mvcc_put_total", "puts", &stats::PUTS),
+        ("etcd_mvcc_delete_total", "etcd_debugging_mvcc_delete_total", "deletes", &stats::DELETES),
+        ("etcd_mvcc_txn_total", "etcd_debugging_mvcc_txn_total", "txns", &stats::TXNS),
+    ];
+    for (name, debugging_name, what, counter) in operations {
+        let help = format!("Total number of {what} seen by this member.");
+        let value = stats::read(counter) as f64;
+        out.labelled(name, &help, COUNTER, &[(&[], value)]);
+        out.labelled(debugging_name, &help, COUNTER, &[(&[], value)]);
     }
 
     // Families of one sample labelled with a value, as etcd's info gauges.

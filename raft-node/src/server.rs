@@ -195,6 +195,7 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> anyhow::
         store: store.clone(),
         member_id: identity.member_id,
         version: config.emulated_version.clone(),
+        quota_backend_bytes: config.quota_backend_bytes().unwrap_or(0),
     });
     tokio::spawn(metrics::count_leader_changes(raft.clone()));
     tokio::spawn(probe::probe_peers(network, raft.clone(), identity.member_id));

@@ -123,6 +123,11 @@ const FAMILIES: &[(&str, &str)] = &[
     ("grpc_server_started_total", "counter"),
     ("grpc_server_handled_total", "counter"),
     ("process_resident_memory_bytes", "gauge"),
+    ("etcd_server_quota_backend_bytes", "gauge"),
+    ("etcd_mvcc_put_total", "counter"),
+    ("etcd_mvcc_range_total", "counter"),
+    ("etcd_mvcc_delete_total", "counter"),
+    ("etcd_mvcc_txn_total", "counter"),
 ];
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -173,6 +178,10 @@ async fn metrics_count_what_the_cluster_does() -> anyhow::Result<()> {
     let range = [("grpc_method", "Range"), ("grpc_code", "OutOfRange")];
     assert_eq!(grew("grpc_server_handled_total", &range), 1.0);
     assert_eq!(grew("etcd_debugging_mvcc_keys_total", &[]), 10.0);
+    assert_eq!(grew("etcd_mvcc_put_total", &[]), 10.0);
+    assert_eq!(grew("etcd_mvcc_delete_total", &[]), 0.0);
+    // etcd's default quota, 2 GiB.
+    assert_eq!(after.value("etcd_server_quota_backend_bytes", &[]), 2147483648.0);
     assert!(grew("etcd_server_proposals_committed_total", &[]) >= 10.0);
     assert!(grew("etcd_server_proposals_applied_total", &[]) >= 10.0);
     assert!(grew("etcd_disk_wal_fsync_duration_seconds_count", &[]) >= 1.0);
