@@ -146,6 +146,79 @@ pub fn move_leader(leader: u64, target: u64) -> String {
     format!("Leadership transferred from {leader:x} to {target:x}\n")
 }
 
+/// The Auth verbs: one line saying what was done, or the user's roles, or the role's
+/// permissions (keys written as they are: Go prints `string(key)`).
+pub fn auth(resp: &super::AuthResponse<'_>) -> Vec<u8> {
+    use super::AuthResponse as R;
+    let text = match resp {
+        R::Status(r) => format!("Authentication Status: {}\nAuthRevision: {}\n", r.enabled, r.auth_revision),
+        R::UserAdd(user, _) => format!("User {user} created\n"),
+        R::UserGet(user, r) => {
+            let roles: String = r.roles.iter().map(|role| format!(" {role}")).collect();
+            format!("User: {user}\nRoles:{roles}\n")
+        }
+        R::UserList(r) => r.users.iter().map(|user| format!("{user}\n")).collect(),
+        R::UserDelete(user, _) => format!("User {user} deleted\n"),
+        R::UserChangePassword(_) => "Password updated\n".to_string(),
+        R::UserGrantRole(user, role, _) => format!("Role {role} is granted to user {user}\n"),
+        R::UserRevokeRole(user, role, _) => format!("Role {role} is revoked from user {user}\n"),
+        R::RoleAdd(role, _) => format!("Role {role} created\n"),
+        R::RoleGet(role, r) => return role_get(role, &r.perm),
+        R::RoleList(r) => r.roles.iter().map(|role| format!("{role}\n")).collect(),
+        R::RoleDelete(role, _) => format!("Role {role} deleted\n"),
+        R::RoleGrantPermission(role, _) => format!("Role {role} updated\n"),
+        R::RoleRevokePermission(role, key, range_end, _) => match *range_end {
+            [] => format!("Permission of key {key} is revoked from role {role}\n"),
+            [0] => format!("Permission of range [{key}, <open ended> is revoked from role {role}\n"),
+            end => {
+                let mut out = format!("Permission of range [{key}, ").into_bytes();
+                out.extend_from_slice(end);
+                out.extend_from_slice(format!(") is revoked from role {role}\n").as_bytes());
+                return out;
+            }
+        },
+    };
+    text.into_bytes()
+}
+
+/// `role get`: the permissions that allow reading, then those that allow writing; a single key
+/// as is, a range as `[key, end)` or `[key, <open ended>`, marked `(prefix key)` when it is one.
+fn role_get(role: &str, perms: &[proto::authpb::Permission]) -> Vec<u8> {
+    use proto::authpb::permission::Type;
+    let mut out = format!("Role {role}\nKV Read:\n").into_bytes();
+    let sections = [(Type::Read, "KV Write:\n"), (Type::Write, "")];
+    for (kind, next_title) in sections {
+        for perm in perms {
+            let allowed = perm.perm_type == kind as i32 || perm.perm_type == Type::Readwrite as i32;
+            if !allowed {
+                continue;
+            }
+            out.push(b'\t');
+            if perm.range_end.is_empty() {
+                out.extend_from_slice(&perm.key);
+            } else {
+                out.push(b'[');
+                out.extend_from_slice(&perm.key);
+                if perm.range_end == [0] {
+                    out.extend_from_slice(b", <open ended>");
+                } else {
+                    out.extend_from_slice(b", ");
+                    out.extend_from_slice(&perm.range_end);
+                    out.push(b')');
+                }
+                if crate::command::prefix_end(&perm.key) == perm.range_end {
+                    out.extend_from_slice(b" (prefix ");
+                    out.extend_from_slice(&perm.key);
+                    out.push(b')');
+                }
+            }
+            out.push(b'\n');
+        }
+        out.extend_from_slice(next_title.as_bytes());
+    }
+    out
+}
+
 /// Go's `time.Duration.String()`: `1.5µs`, `2.253556ms`, `5.002424736s`, `1m30s`, `1h0m5s`, `0s`.
 pub fn go_duration(d: std::time::Duration) -> String {
     let nanos = d.as_nanos();
