@@ -69,3 +69,16 @@ pub fn scan_word(input: &mut impl BufRead) -> std::io::Result<String> {
     let word = line.trim_start_matches([' ', '\t', '\r']).split([' ', '\t', '\r']).next().unwrap_or("");
     Ok(word.to_string())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn scans_like_go() {
+        let cases = [("pw\n", "pw"), ("  a b\n", "a"), ("\n", ""), ("", ""), ("x\r\n", "x"), ("\nlater\n", "")];
+        for (input, want) in cases {
+            assert_eq!(scan_word(&mut input.as_bytes()).expect("reads"), want, "{input:?}");
+        }
+    }
+}

@@ -165,9 +165,12 @@ mod tests {
         words.iter().map(|w| w.to_string()).collect()
     }
 
+    /// A permission's key and range end, or the exit code.
+    type Range = Result<(&'static [u8], &'static [u8]), u8>;
+
     #[test]
     fn ranges_like_etcdctl() {
-        let cases: [(PermArgs, &[&str], Result<(&[u8], &[u8]), u8>); 11] = [
+        let cases: [(PermArgs, &[&str], Range); 11] = [
             (perm(false, false), &["a"], Ok((b"a", b""))),
             (perm(false, false), &["a", "c"], Ok((b"a", b"c"))),
             (perm(false, false), &["a", "c", "ignored"], Ok((b"a", b"c"))),

@@ -490,4 +490,20 @@ mod tests {
              \"version\":3,\"value\":\"cQ==\"}]}\n"
         );
     }
+
+    #[test]
+    fn auth_responses() {
+        use super::super::AuthResponse;
+        let perm = proto::authpb::Permission { perm_type: 0, key: b"a".to_vec(), range_end: b"\0".to_vec() };
+        let role = pb::AuthRoleGetResponse { header: header(), perm: vec![perm] };
+        assert_eq!(
+            auth(&AuthResponse::RoleGet("r", &role)),
+            "{\"header\":{\"cluster_id\":14841639068965178418,\"member_id\":7,\"revision\":4,\"raft_term\":2},\
+             \"perm\":[{\"key\":\"YQ==\",\"range_end\":\"AA==\"}]}\n"
+        );
+        let status = pb::AuthStatusResponse { header: None, enabled: true, auth_revision: 3 };
+        assert_eq!(auth(&AuthResponse::Status(&status)), "{\"enabled\":true,\"authRevision\":3}\n");
+        let users = pb::AuthUserListResponse { header: None, users: vec![] };
+        assert_eq!(auth(&AuthResponse::UserList(&users)), "{}\n");
+    }
 }

@@ -392,4 +392,39 @@ mod tests {
         let del_resp = pb::DeleteRangeResponse { deleted: 1, prev_kvs: vec![kv("a", "b")], ..Default::default() };
         assert_eq!(del(&del_resp, false, false), "1\na\nb\n");
     }
+
+    #[test]
+    fn role_permissions() {
+        use proto::authpb::Permission;
+        let perm = |perm_type, key: &[u8], range_end: &[u8]| Permission {
+            perm_type,
+            key: key.to_vec(),
+            range_end: range_end.to_vec(),
+        };
+        let resp = pb::AuthRoleGetResponse {
+            header: None,
+            perm: vec![
+                perm(0, b"\0", b"\0"),
+                perm(1, b"a", b""),
+                perm(2, b"p/", b"p0"),
+                perm(0, b"z", b"\0"),
+                perm(1, b"\xff", b"\0"),
+            ],
+        };
+        assert_eq!(
+            auth(&super::super::AuthResponse::RoleGet("r", &resp)),
+            b"Role r\nKV Read:\n\t[\0, <open ended>\n\t[p/, p0) (prefix p/)\n\t[z, <open ended>\n\
+              KV Write:\n\ta\n\t[p/, p0) (prefix p/)\n\t[\xff, <open ended> (prefix \xff)\n"
+        );
+        let status = pb::AuthStatusResponse { header: None, enabled: true, auth_revision: 7 };
+        assert_eq!(
+            auth(&super::super::AuthResponse::Status(&status)),
+            b"Authentication Status: true\nAuthRevision: 7\n"
+        );
+        let revoke = pb::AuthRoleRevokePermissionResponse::default();
+        let revoked = |end: &[u8]| auth(&super::super::AuthResponse::RoleRevokePermission("r", "k", end, &revoke));
+        assert_eq!(revoked(b""), b"Permission of key k is revoked from role r\n");
+        assert_eq!(revoked(b"\0"), b"Permission of range [k, <open ended> is revoked from role r\n");
+        assert_eq!(revoked(b"l"), b"Permission of range [k, l) is revoked from role r\n");
+    }
 }
