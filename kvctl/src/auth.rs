@@ -46,7 +46,9 @@ pub fn ask(prompt: &str) -> std::io::Result<String> {
     stdout.write_all(prompt.as_bytes())?;
     stdout.flush()?;
     let answer = if std::io::stdin().is_terminal() {
-        rpassword::read_password()
+        // rpassword would echo the Enter key itself; the newline below is the only one.
+        let config = rpassword::ConfigBuilder::new().output_writer(std::io::sink()).build();
+        rpassword::read_password_with_config(config)
     } else {
         read_line(&mut std::io::stdin().lock())
     };

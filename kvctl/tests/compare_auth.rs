@@ -110,6 +110,7 @@ const SCRIPT: &[Step] = &[
     Run(&["-w", "json", "user", "get", "alice", "--detail"]),
     Run(&["-w", "fields", "user", "get", "alice", "--detail"]),
     Run(&["-w", "table", "user", "get", "alice", "--detail"]),
+    Run(&["-w", "protobuf", "user", "get", "bob", "--detail"]),
     Run(&["user", "get", "bob", "--detail"]),
     Run(&["user", "get", "nopw"]),
     Run(&["user", "get", "nobody"]),
@@ -209,7 +210,8 @@ const SCRIPT: &[Step] = &[
     Run(&[READ_WRITER, "auth", "disable"]),
     Run(&["auth", "disable"]),
     Run(&[ROOT, "-w", "json", "auth", "disable"]),
-    Run(&["auth", "disable"]),
+    // The line is printed whatever the format.
+    Run(&["-w", "table", "auth", "disable"]),
     Run(&["user", "list"]),
     Run(&["user", "delete", "root"]),
     Run(&["auth", "enable"]),
