@@ -184,6 +184,10 @@ const SCRIPT: &[Step] = &[
     Run(&[READER, "watch", "/other"]),
     Run(&[READER, "user", "list"]),
     Run(&[READER, "role", "get", "ro"]),
+    Run(&[READER, "role", "get", "wo"]),
+    Run(&[READER, "user", "get", "ur", "--detail"]),
+    Run(&[READER, "user", "get", "uw"]),
+    Run(&[READER, "user", "passwd", "ur", "--interactive=false"]),
     // Write-only.
     Run(&[WRITER, "put", "/app/x", "3"]),
     Run(&[WRITER, "put", "/other", "3"]),
@@ -216,7 +220,11 @@ const SCRIPT: &[Step] = &[
     Run(&["user", "delete", "root"]),
     Run(&["auth", "enable"]),
     Run(&["user", "add", "root", "--no-password"]),
+    // Role root is still there: etcdctl's attempt to create it fails.
     Run(&["auth", "enable"]),
+    Run(&["user", "grant-role", "root", "root"]),
+    Run(&["auth", "enable"]),
+    Run(&["--user=root:", "user", "list"]),
 ];
 
 /// One client (etcdctl or kvctl) on its own server.
@@ -290,6 +298,7 @@ async fn compare_auth(kind: ServerKind) {
     // The script reaches the cases it is about (and the servers did answer).
     for error in [
         "etcdserver: user name already exists",
+        "etcdserver: role name already exists",
         "etcdserver: role name not found",
         "etcdserver: permission denied",
         "etcdserver: authentication failed, invalid user ID or password",
