@@ -293,7 +293,7 @@ mod tests {
             .starts_with("Error: invalid argument \"maybe\" for \"--prefix\" flag: strconv.ParseBool"));
         // A bool whose default is true takes its value after `=` only (`--interactive=false`).
         assert!(parse(argv(&["user", "add", "u", "--interactive=false"])).is_ok());
-        let failure = parse(argv(&["user", "passwd", "u", "--interactive=maybe"])).err().expect("refused");
+        let failure = parse(argv(&["user", "passwd", "u", "--interactive=maybe"])).expect_err("refused");
         assert!(failure
             .stderr
             .starts_with("Error: invalid argument \"maybe\" for \"--interactive\" flag: strconv.ParseBool"));
