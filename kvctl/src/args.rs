@@ -239,9 +239,9 @@ fn failure(command: &mut Command, path: &[String], err: clap::Error) -> ParseFai
     }
 }
 
-/// `--limit <LIMIT>` → `--limit`.
+/// `--limit <LIMIT>` → `--limit`; `--interactive[=<INTERACTIVE>]` → `--interactive`.
 fn flag_name(invalid_arg: &str) -> String {
-    invalid_arg.split([' ', '=']).next().unwrap_or(invalid_arg).to_string()
+    invalid_arg.split([' ', '=', '[']).next().unwrap_or(invalid_arg).to_string()
 }
 
 /// pflag names a flag that has a shorthand as `-w, --write-out`.
@@ -291,6 +291,12 @@ mod tests {
         assert!(failure
             .stderr
             .starts_with("Error: invalid argument \"maybe\" for \"--prefix\" flag: strconv.ParseBool"));
+        // A bool whose default is true takes its value after `=` only (`--interactive=false`).
+        assert!(parse(argv(&["user", "add", "u", "--interactive=false"])).is_ok());
+        let failure = parse(argv(&["user", "passwd", "u", "--interactive=maybe"])).expect_err("refused");
+        assert!(failure
+            .stderr
+            .starts_with("Error: invalid argument \"maybe\" for \"--interactive\" flag: strconv.ParseBool"));
     }
 
     #[test]

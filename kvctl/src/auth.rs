@@ -1,7 +1,7 @@
 //! Logging in with `--user`: clientv3 calls `Auth.Authenticate` before anything else and sends the
 //! token it gets in every request's `token` metadata.
 
-use std::io::{BufRead, Write};
+use std::io::{BufRead, IsTerminal, Write};
 use std::time::Duration;
 
 use proto::etcdserverpb as pb;
@@ -38,17 +38,49 @@ pub async fn authenticate(
     }
 }
 
-/// etcdctl's "Password: " prompt for `--user name` without a password. The answer is read from
-/// the terminal without echo when there is one, else from stdin (scripts pipe it in).
-pub fn ask_password() -> std::io::Result<String> {
-    match rpassword::prompt_password("Password: ") {
-        Ok(password) => Ok(password),
-        Err(_) => {
-            print!("Password: ");
-            std::io::stdout().flush()?;
-            let mut line = String::new();
-            std::io::stdin().lock().read_line(&mut line)?;
-            Ok(line.trim_end_matches(['\r', '\n']).to_string())
+/// A password prompt as etcdctl's (speakeasy) asks it: the prompt on stdout, one line read from
+/// stdin (without echo when stdin is a terminal; scripts pipe it in), a newline after it, and
+/// the answer without surrounding whitespace.
+pub fn ask(prompt: &str) -> std::io::Result<String> {
+    let mut stdout = std::io::stdout();
+    stdout.write_all(prompt.as_bytes())?;
+    stdout.flush()?;
+    let answer = if std::io::stdin().is_terminal() {
+        // rpassword would echo the Enter key itself; the newline below is the only one.
+        let config = rpassword::ConfigBuilder::new().output_writer(std::io::sink()).build();
+        rpassword::read_password_with_config(config)
+    } else {
+        read_line(&mut std::io::stdin().lock())
+    };
+    stdout.write_all(b"\n")?;
+    stdout.flush()?;
+    Ok(answer?.trim().to_string())
+}
+
+/// One line (an empty one at the end of the input), without its `\n` or `\r\n`.
+fn read_line(input: &mut impl BufRead) -> std::io::Result<String> {
+    let mut line = String::new();
+    input.read_line(&mut line)?;
+    Ok(line.trim_end_matches('\n').trim_end_matches('\r').to_string())
+}
+
+/// Go's `fmt.Scanf("%s", &word)`, as `--interactive=false` reads a password: the first word of
+/// the first line; nothing when the line is empty (Scanf fails, the word stays empty).
+pub fn scan_word(input: &mut impl BufRead) -> std::io::Result<String> {
+    let line = read_line(input)?;
+    let word = line.trim_start_matches([' ', '\t', '\r']).split([' ', '\t', '\r']).next().unwrap_or("");
+    Ok(word.to_string())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn scans_like_go() {
+        let cases = [("pw\n", "pw"), ("  a b\n", "a"), ("\n", ""), ("", ""), ("x\r\n", "x"), ("\nlater\n", "")];
+        for (input, want) in cases {
+            assert_eq!(scan_word(&mut input.as_bytes()).expect("reads"), want, "{input:?}");
         }
     }
 }

@@ -9,14 +9,16 @@
 //! - [`global`]: etcdctl's global flags (`--endpoints`, timeouts, keepalive, `-w`, `--hex`, TLS,
 //!   `--user`), each also read from `ETCDCTL_<FLAG>`, and dialing.
 //! - [`transport`]: TLS as clientv3 sets it up (`--cacert/--cert/--key`, `https://`, skip-verify).
-//! - [`auth`]: `--user` login (Authenticate, then the token on every request).
+//! - [`auth`]: `--user` login (Authenticate, then the token on every request) and password prompts
+//!   as etcdctl's (speakeasy) ask them.
 //! - [`error`]: [`CliError`], an exit code plus the message etcdctl would print after `Error: `.
 //! - [`command`]: one file per verb (`get`, `put`, `del`, `compaction`, `member list`,
-//!   `endpoint status|hashkv`, `version`); each builds the request exactly as etcdctl's clientv3
-//!   would, sends it and hands the response to a printer.
+//!   `endpoint status|hashkv`, `version`, `auth`, `user`, `role`, …); each builds the request
+//!   exactly as etcdctl's clientv3 would, sends it and hands the response to a printer.
 //! - [`concurrency`]: clientv3's client-side recipes (session, mutex, election) and its watch
 //!   stream semantics, for `lock`, `elect`, `watch` and `make-mirror`.
-//! - [`printer`]: one module per output format (`simple`, `json`, `fields`, `table`).
+//! - [`printer`]: one module per output format (`simple`, `json`, `fields`, `table`, and
+//!   `protobuf`, which only the `auth`/`user`/`role` verbs print so far).
 
 pub mod args;
 pub mod auth;

@@ -20,7 +20,7 @@ async fn main() -> ExitCode {
         Ok(out) => {
             let mut stdout = std::io::stdout().lock();
             // A closed pipe (`kvctl get … | head`) is not worth a panic.
-            let _ = stdout.write_all(out.as_bytes());
+            let _ = stdout.write_all(&out);
             let _ = stdout.flush();
             ExitCode::SUCCESS
         }

@@ -70,7 +70,7 @@ mod tests {
     async fn run(args: &[&str]) -> String {
         let cli = Cli::try_parse_from(args).expect("parses");
         assert!(matches!(cli.command, Command::Completion(_)));
-        cli.run().await.expect("generates")
+        String::from_utf8(cli.run().await.expect("generates")).expect("utf-8")
     }
 
     #[tokio::test]

@@ -1,6 +1,7 @@
 //! The command line: global flags plus one subcommand per etcdctl verb, one file each.
 
 pub mod alarm;
+pub mod auth;
 pub mod compaction;
 pub mod completion;
 pub mod defrag;
@@ -16,8 +17,10 @@ pub mod make_mirror;
 pub mod member;
 pub mod move_leader;
 pub mod put;
+pub mod role;
 pub mod snapshot;
 pub mod txn;
+pub mod user;
 pub mod version;
 pub mod watch;
 
@@ -25,7 +28,7 @@ use clap::{Parser, Subcommand};
 use proto::etcdserverpb as pb;
 
 use crate::error::CliError;
-use crate::global::{Conn, GlobalFlags};
+use crate::global::{Conn, GlobalFlags, WriteOut};
 
 #[derive(Debug, Parser)]
 #[command(name = "kvctl", about = "A simple command line client for etcd3.", disable_version_flag = true)]
@@ -76,6 +79,15 @@ pub enum Command {
     Elect(elect::ElectCommand),
     /// Makes a mirror at the destination etcd cluster
     MakeMirror(make_mirror::MakeMirrorCommand),
+    /// Enable or disable authentication
+    #[command(subcommand)]
+    Auth(auth::AuthCommand),
+    /// User related commands
+    #[command(subcommand)]
+    User(user::UserCommand),
+    /// Role related commands
+    #[command(subcommand)]
+    Role(role::RoleCommand),
     /// Prints the version of etcdctl
     Version,
     /// Generate completion script
@@ -84,10 +96,17 @@ pub enum Command {
 
 impl Cli {
     /// Runs the command and returns what goes to stdout.
-    pub async fn run(&self) -> Result<String, CliError> {
+    pub async fn run(&self) -> Result<Vec<u8>, CliError> {
         let global = &self.global;
         global.validate()?;
-        match &self.command {
+        let text = match &self.command {
+            Command::Auth(cmd) => return cmd.run(global).await,
+            Command::User(cmd) => return cmd.run(global).await,
+            Command::Role(cmd) => return cmd.run(global).await,
+            // Only the Auth verbs print protobuf so far.
+            _ if global.write_out == WriteOut::Protobuf => {
+                return Err(CliError::bad_feature("unsupported output format"))
+            }
             Command::Get(cmd) => cmd.run(global).await,
             Command::Put(cmd) => cmd.run(global).await,
             Command::Del(cmd) => cmd.run(global).await,
@@ -106,7 +125,8 @@ impl Cli {
             Command::MakeMirror(cmd) => cmd.run(global).await,
             Command::Version => Ok(version::output()),
             Command::Completion(cmd) => cmd.run(global).await,
-        }
+        };
+        text.map(String::into_bytes)
     }
 }
 
@@ -116,6 +136,10 @@ pub(crate) async fn kv_client(global: &GlobalFlags) -> Result<pb::kv_client::KvC
 
 pub(crate) async fn lease_client(global: &GlobalFlags) -> Result<pb::lease_client::LeaseClient<Conn>, CliError> {
     Ok(pb::lease_client::LeaseClient::new(global.connect().await?))
+}
+
+pub(crate) async fn auth_client(global: &GlobalFlags) -> Result<pb::auth_client::AuthClient<Conn>, CliError> {
+    Ok(pb::auth_client::AuthClient::new(global.connect().await?))
 }
 
 pub(crate) async fn cluster_client(global: &GlobalFlags) -> Result<pb::cluster_client::ClusterClient<Conn>, CliError> {

@@ -174,6 +174,39 @@ pub fn watch(resp: &crate::concurrency::WatchResponse) -> String {
     out
 }
 
+/// The Auth responses etcdctl's fields printer knows; `None` for the others (`user get`,
+/// `user list`, `auth status`), which it refuses.
+pub fn auth(resp: &super::AuthResponse<'_>) -> Option<String> {
+    use super::AuthResponse as R;
+    let mut out = header(resp.header());
+    match resp {
+        R::UserGet(..) | R::UserList(_) | R::Status(_) => return None,
+        R::RoleGet(_, r) => {
+            for p in &r.perm {
+                // `Println` of `"PermType" : ` and the name: two spaces.
+                let _ = writeln!(out, "\"PermType\" :  {}", perm_type_name(p.perm_type));
+                let _ = writeln!(out, "\"Key\" : {}", go_quote(&p.key));
+                let _ = writeln!(out, "\"RangeEnd\" : {}", go_quote(&p.range_end));
+            }
+        }
+        R::RoleList(r) => {
+            out.push_str("\"Roles\" :");
+            for role in &r.roles {
+                let _ = write!(out, " {}", go_quote(role.as_bytes()));
+            }
+            out.push('\n');
+        }
+        _ => {}
+    }
+    Some(out)
+}
+
+/// authpb's `Permission_Type.String()`: the name, or the number when unknown.
+pub fn perm_type_name(perm_type: i32) -> String {
+    proto::authpb::permission::Type::try_from(perm_type)
+        .map_or_else(|_| perm_type.to_string(), |t| t.as_str_name().to_string())
+}
+
 /// Go reads the fields of a nil header as zeros.
 fn header(header: Option<&pb::ResponseHeader>) -> String {
     let h = header.cloned().unwrap_or_default();

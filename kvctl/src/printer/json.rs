@@ -217,6 +217,39 @@ pub fn move_leader(resp: &pb::MoveLeaderResponse) -> String {
     obj.finish_line()
 }
 
+/// The Auth responses: the protobuf structs, so `omitempty` everywhere; a permission's type is an
+/// enum (its number, left out for READ).
+pub fn auth(resp: &super::AuthResponse<'_>) -> String {
+    use super::AuthResponse as R;
+    let mut obj = Object::default();
+    header(&mut obj, resp.header());
+    match resp {
+        R::Status(r) => {
+            obj.bool("enabled", r.enabled);
+            obj.uint("authRevision", r.auth_revision);
+        }
+        R::UserGet(_, r) => obj.strings("roles", &r.roles),
+        R::UserList(r) => obj.strings("users", &r.users),
+        R::RoleList(r) => obj.strings("roles", &r.roles),
+        R::RoleGet(_, r) => {
+            let perms = r
+                .perm
+                .iter()
+                .map(|p| {
+                    let mut perm = Object::default();
+                    perm.int("permType", i64::from(p.perm_type));
+                    perm.bytes("key", &p.key);
+                    perm.bytes("range_end", &p.range_end);
+                    perm.finish()
+                })
+                .collect();
+            obj.list("perm", perms);
+        }
+        _ => {}
+    }
+    obj.finish_line()
+}
+
 /// `endpoint health`: etcdctl's own `epHealth` struct, whose only `omitempty` field is `error`.
 pub fn endpoint_health(list: &[super::EndpointHealth]) -> String {
     let items = list
@@ -456,5 +489,21 @@ mod tests {
             "{\"deleted\":1,\"prev_kvs\":[{\"key\":\"Zm9v\",\"create_revision\":2,\"mod_revision\":4,\
              \"version\":3,\"value\":\"cQ==\"}]}\n"
         );
+    }
+
+    #[test]
+    fn auth_responses() {
+        use super::super::AuthResponse;
+        let perm = proto::authpb::Permission { perm_type: 0, key: b"a".to_vec(), range_end: b"\0".to_vec() };
+        let role = pb::AuthRoleGetResponse { header: header(), perm: vec![perm] };
+        assert_eq!(
+            auth(&AuthResponse::RoleGet("r", &role)),
+            "{\"header\":{\"cluster_id\":14841639068965178418,\"member_id\":7,\"revision\":4,\"raft_term\":2},\
+             \"perm\":[{\"key\":\"YQ==\",\"range_end\":\"AA==\"}]}\n"
+        );
+        let status = pb::AuthStatusResponse { header: None, enabled: true, auth_revision: 3 };
+        assert_eq!(auth(&AuthResponse::Status(&status)), "{\"enabled\":true,\"authRevision\":3}\n");
+        let users = pb::AuthUserListResponse { header: None, users: vec![] };
+        assert_eq!(auth(&AuthResponse::UserList(&users)), "{}\n");
     }
 }

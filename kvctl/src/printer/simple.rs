@@ -146,6 +146,79 @@ pub fn move_leader(leader: u64, target: u64) -> String {
     format!("Leadership transferred from {leader:x} to {target:x}\n")
 }
 
+/// The Auth verbs: one line saying what was done, or the user's roles, or the role's
+/// permissions (keys written as they are: Go prints `string(key)`).
+pub fn auth(resp: &super::AuthResponse<'_>) -> Vec<u8> {
+    use super::AuthResponse as R;
+    let text = match resp {
+        R::Status(r) => format!("Authentication Status: {}\nAuthRevision: {}\n", r.enabled, r.auth_revision),
+        R::UserAdd(user, _) => format!("User {user} created\n"),
+        R::UserGet(user, r) => {
+            let roles: String = r.roles.iter().map(|role| format!(" {role}")).collect();
+            format!("User: {user}\nRoles:{roles}\n")
+        }
+        R::UserList(r) => r.users.iter().map(|user| format!("{user}\n")).collect(),
+        R::UserDelete(user, _) => format!("User {user} deleted\n"),
+        R::UserChangePassword(_) => "Password updated\n".to_string(),
+        R::UserGrantRole(user, role, _) => format!("Role {role} is granted to user {user}\n"),
+        R::UserRevokeRole(user, role, _) => format!("Role {role} is revoked from user {user}\n"),
+        R::RoleAdd(role, _) => format!("Role {role} created\n"),
+        R::RoleGet(role, r) => return role_get(role, &r.perm),
+        R::RoleList(r) => r.roles.iter().map(|role| format!("{role}\n")).collect(),
+        R::RoleDelete(role, _) => format!("Role {role} deleted\n"),
+        R::RoleGrantPermission(role, _) => format!("Role {role} updated\n"),
+        R::RoleRevokePermission(role, key, range_end, _) => match *range_end {
+            [] => format!("Permission of key {key} is revoked from role {role}\n"),
+            [0] => format!("Permission of range [{key}, <open ended> is revoked from role {role}\n"),
+            end => {
+                let mut out = format!("Permission of range [{key}, ").into_bytes();
+                out.extend_from_slice(end);
+                out.extend_from_slice(format!(") is revoked from role {role}\n").as_bytes());
+                return out;
+            }
+        },
+    };
+    text.into_bytes()
+}
+
+/// `role get`: the permissions that allow reading, then those that allow writing; a single key
+/// as is, a range as `[key, end)` or `[key, <open ended>`, marked `(prefix key)` when it is one.
+fn role_get(role: &str, perms: &[proto::authpb::Permission]) -> Vec<u8> {
+    use proto::authpb::permission::Type;
+    let mut out = format!("Role {role}\nKV Read:\n").into_bytes();
+    let sections = [(Type::Read, "KV Write:\n"), (Type::Write, "")];
+    for (kind, next_title) in sections {
+        for perm in perms {
+            let allowed = perm.perm_type == kind as i32 || perm.perm_type == Type::Readwrite as i32;
+            if !allowed {
+                continue;
+            }
+            out.push(b'\t');
+            if perm.range_end.is_empty() {
+                out.extend_from_slice(&perm.key);
+            } else {
+                out.push(b'[');
+                out.extend_from_slice(&perm.key);
+                if perm.range_end == [0] {
+                    out.extend_from_slice(b", <open ended>");
+                } else {
+                    out.extend_from_slice(b", ");
+                    out.extend_from_slice(&perm.range_end);
+                    out.push(b')');
+                }
+                if crate::command::prefix_end(&perm.key) == perm.range_end {
+                    out.extend_from_slice(b" (prefix ");
+                    out.extend_from_slice(&perm.key);
+                    out.push(b')');
+                }
+            }
+            out.push(b'\n');
+        }
+        out.extend_from_slice(next_title.as_bytes());
+    }
+    out
+}
+
 /// Go's `time.Duration.String()`: `1.5µs`, `2.253556ms`, `5.002424736s`, `1m30s`, `1h0m5s`, `0s`.
 pub fn go_duration(d: std::time::Duration) -> String {
     let nanos = d.as_nanos();
@@ -318,5 +391,40 @@ mod tests {
         assert_eq!(put(&pb::PutResponse::default(), false, false), "OK\n");
         let del_resp = pb::DeleteRangeResponse { deleted: 1, prev_kvs: vec![kv("a", "b")], ..Default::default() };
         assert_eq!(del(&del_resp, false, false), "1\na\nb\n");
+    }
+
+    #[test]
+    fn role_permissions() {
+        use proto::authpb::Permission;
+        let perm = |perm_type, key: &[u8], range_end: &[u8]| Permission {
+            perm_type,
+            key: key.to_vec(),
+            range_end: range_end.to_vec(),
+        };
+        let resp = pb::AuthRoleGetResponse {
+            header: None,
+            perm: vec![
+                perm(0, b"\0", b"\0"),
+                perm(1, b"a", b""),
+                perm(2, b"p/", b"p0"),
+                perm(0, b"z", b"\0"),
+                perm(1, b"\xff", b"\0"),
+            ],
+        };
+        assert_eq!(
+            auth(&super::super::AuthResponse::RoleGet("r", &resp)),
+            b"Role r\nKV Read:\n\t[\0, <open ended>\n\t[p/, p0) (prefix p/)\n\t[z, <open ended>\n\
+              KV Write:\n\ta\n\t[p/, p0) (prefix p/)\n\t[\xff, <open ended> (prefix \xff)\n"
+        );
+        let status = pb::AuthStatusResponse { header: None, enabled: true, auth_revision: 7 };
+        assert_eq!(
+            auth(&super::super::AuthResponse::Status(&status)),
+            b"Authentication Status: true\nAuthRevision: 7\n"
+        );
+        let revoke = pb::AuthRoleRevokePermissionResponse::default();
+        let revoked = |end: &[u8]| auth(&super::super::AuthResponse::RoleRevokePermission("r", "k", end, &revoke));
+        assert_eq!(revoked(b""), b"Permission of key k is revoked from role r\n");
+        assert_eq!(revoked(b"\0"), b"Permission of range [k, <open ended> is revoked from role r\n");
+        assert_eq!(revoked(b"l"), b"Permission of range [k, l) is revoked from role r\n");
     }
 }

@@ -53,7 +53,8 @@ fn print(summary: &Summary, format: WriteOut) -> String {
         WriteOut::Fields => {
             format!("\"Hash\" : {hash}\n\"Revision\" : {revision}\n\"Keys\" : {keys}\n\"Size\" : {size}\n")
         }
-        WriteOut::Simple | WriteOut::Table => {
+        // Protobuf never gets here: `Cli::run` refuses it for this verb.
+        WriteOut::Simple | WriteOut::Table | WriteOut::Protobuf => {
             let row = vec![format!("{hash:x}"), revision.to_string(), keys.to_string(), humanize_bytes(size)];
             let rows = (vec!["hash", "revision", "total keys", "total size"], vec![row]);
             if format == WriteOut::Table {
