@@ -320,9 +320,8 @@ async fn auth_matches_etcdctl_on_real_etcd() {
     }
 }
 
-/// Our server has no Auth service yet (issue 9 is building it): turned on once it has.
+/// The same script with both tools against our server.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "our server has no Auth service yet"]
 async fn auth_matches_etcdctl_on_our_server() {
     if etcd_tools_present() {
         compare_auth(ServerKind::Ours).await;
