@@ -5,8 +5,13 @@
 //! gRPC call (interceptors, counters, limits), and the answer is written back as JSON the way etcd's
 //! gateway (grpc-gateway v1 with jsonpb, original field names) writes it: bytes in base64, 64-bit
 //! integers as strings, enums by name, fields at their default left out. A gRPC error becomes grpc-gateway's
-//! `{"error":..,"message":..,"code":..}` with its HTTP status. Streams (`/v3/watch`,
-//! `/v3/lease/keepalive`, `/v3/maintenance/snapshot`) are not served.
+//! `{"error":..,"message":..,"code":..}` with its HTTP status.
+//!
+//! Streams (`/v3/watch`, `/v3/lease/keepalive`, `/v3/maintenance/snapshot`, `/v3/election/observe`) are
+//! served as grpc-gateway v1 serves them: every JSON object in the request body is one request message
+//! (the request stream ends with the body), and each response message is written as it comes, as a line
+//! `{"result":{..}}`; an error ends the stream with a line `{"error":{"grpc_code":..,"http_code":..,
+//! "message":..,"http_status":..}}`.
 
 use std::sync::LazyLock;
 
@@ -42,6 +47,16 @@ const ROUTES: &[(&str, &str, &str)] = &[
     ("/v3/maintenance/defragment", "etcdserverpb.Maintenance", "Defragment"),
     ("/v3/maintenance/hash", "etcdserverpb.Maintenance", "Hash"),
     ("/v3/maintenance/transfer-leadership", "etcdserverpb.Maintenance", "MoveLeader"),
+    ("/v3/watch", "etcdserverpb.Watch", "Watch"),
+    ("/v3/lease/keepalive", "etcdserverpb.Lease", "LeaseKeepAlive"),
+    ("/v3/maintenance/snapshot", "etcdserverpb.Maintenance", "Snapshot"),
+    ("/v3/lock", "v3lockpb.Lock", "Lock"),
+    ("/v3/lock/unlock", "v3lockpb.Lock", "Unlock"),
+    ("/v3/election/campaign", "v3electionpb.Election", "Campaign"),
+    ("/v3/election/proclaim", "v3electionpb.Election", "Proclaim"),
+    ("/v3/election/leader", "v3electionpb.Election", "Leader"),
+    ("/v3/election/observe", "v3electionpb.Election", "Observe"),
+    ("/v3/election/resign", "v3electionpb.Election", "Resign"),
     ("/v3/auth/enable", "etcdserverpb.Auth", "AuthEnable"),
     ("/v3/auth/disable", "etcdserverpb.Auth", "AuthDisable"),
     ("/v3/auth/status", "etcdserverpb.Auth", "AuthStatus"),
@@ -80,7 +95,7 @@ pub fn route(path: &str) -> Option<MethodDescriptor> {
 pub async fn call<S, B>(grpc: S, method: MethodDescriptor, request: Request<Body>) -> Response<Body>
 where
     S: tower_service::Service<Request<Body>, Response = Response<B>>,
-    B: http_body::Body<Data = Bytes>,
+    B: http_body::Body<Data = Bytes> + Send + 'static,
     B::Error: Into<tonic::codegen::StdError>,
 {
     if request.method() != Method::POST {
@@ -91,6 +106,17 @@ where
         headers.insert(header::CONTENT_TYPE, HeaderValue::from_static("text/plain; charset=utf-8"));
         headers.insert("x-content-type-options", HeaderValue::from_static("nosniff"));
         return response;
+    }
+    if method.is_server_streaming() {
+        return match open_stream(grpc, &method, request).await {
+            Ok(response) => response,
+            Err((code, message)) => {
+                let (status, line) = stream_error(code, &message);
+                let mut response = json_response(status, line);
+                *response.status_mut() = status;
+                response
+            }
+        };
     }
     match exchange(grpc, &method, request).await {
         Ok(json) => {
@@ -105,7 +131,9 @@ where
 
 type Failure = (Code, String);
 
-async fn exchange<S, B>(mut grpc: S, method: &MethodDescriptor, request: Request<Body>) -> Result<String, Failure>
+/// Sends the gateway request through the gRPC stack; answers the gRPC response, its headers checked for
+/// an error.
+async fn send<S, B>(mut grpc: S, method: &MethodDescriptor, request: Request<Body>) -> Result<Response<B>, Failure>
 where
     S: tower_service::Service<Request<Body>, Response = Response<B>>,
     B: http_body::Body<Data = Bytes>,
@@ -115,14 +143,21 @@ where
     let token = request.headers().get(header::AUTHORIZATION).cloned();
     let body = Limited::new(request.into_body(), MAX_BODY_BYTES).collect().await;
     let body = body.map_err(|e| (Code::InvalidArgument, e.to_string()))?.to_bytes();
-    let message = decode_json(method, &body)?;
+    let messages = if method.is_client_streaming() {
+        decode_json_stream(method, &body)?
+    } else {
+        vec![decode_json(method, &body)?]
+    };
 
-    let mut frame = BytesMut::with_capacity(5 + message.len());
-    frame.put_u8(0);
-    frame.put_u32(u32::try_from(message.len()).map_err(|_| (Code::ResourceExhausted, "request too large".into()))?);
-    frame.put_slice(&message);
+    let mut frames = BytesMut::new();
+    for message in messages {
+        frames.put_u8(0);
+        frames
+            .put_u32(u32::try_from(message.len()).map_err(|_| (Code::ResourceExhausted, "request too large".into()))?);
+        frames.put_slice(&message);
+    }
     let path = format!("/{}/{}", method.parent_service().full_name(), method.name());
-    let mut call = Request::new(Body::new(Full::new(frame.freeze())));
+    let mut call = Request::new(Body::new(Full::new(frames.freeze())));
     *call.method_mut() = Method::POST;
     *call.version_mut() = http::Version::HTTP_2;
     *call.uri_mut() = path.parse().map_err(|_| (Code::Internal, format!("bad gRPC path {path}")))?;
@@ -139,6 +174,16 @@ where
     if let Some(failure) = grpc_failure(response.headers()) {
         return Err(failure);
     }
+    Ok(response)
+}
+
+async fn exchange<S, B>(grpc: S, method: &MethodDescriptor, request: Request<Body>) -> Result<String, Failure>
+where
+    S: tower_service::Service<Request<Body>, Response = Response<B>>,
+    B: http_body::Body<Data = Bytes>,
+    B::Error: Into<tonic::codegen::StdError>,
+{
+    let response = send(grpc, method, request).await?;
     let collected = response.into_body().collect().await.map_err(|e| (Code::Unavailable, e.into().to_string()))?;
     if let Some(failure) = collected.trailers().and_then(grpc_failure) {
         return Err(failure);
@@ -146,6 +191,123 @@ where
     let bytes = collected.to_bytes();
     let payload = bytes.get(5..).ok_or_else(|| (Code::Internal, "a gRPC answer without its message".to_string()))?;
     encode_json(method, payload)
+}
+
+/// A server stream: the response is written as the gRPC answer's messages arrive, one JSON line each.
+async fn open_stream<S, B>(
+    grpc: S,
+    method: &MethodDescriptor,
+    request: Request<Body>,
+) -> Result<Response<Body>, Failure>
+where
+    S: tower_service::Service<Request<Body>, Response = Response<B>>,
+    B: http_body::Body<Data = Bytes> + Send + 'static,
+    B::Error: Into<tonic::codegen::StdError>,
+{
+    let response = send(grpc, method, request).await?;
+    let state = StreamState {
+        body: Box::pin(response.into_body()),
+        buffer: BytesMut::new(),
+        method: method.clone(),
+        done: false,
+    };
+    let lines = futures::stream::unfold(state, |mut state| async move {
+        let line = state.next_line().await?;
+        Some((Ok::<_, tonic::Status>(http_body::Frame::data(Bytes::from(line))), state))
+    });
+    let mut response = Response::new(Body::new(http_body_util::StreamBody::new(lines)));
+    let headers = response.headers_mut();
+    headers.insert(header::CONTENT_TYPE, HeaderValue::from_static("application/json"));
+    headers.insert("grpc-metadata-content-type", HeaderValue::from_static("application/grpc"));
+    Ok(response)
+}
+
+/// Reads gRPC frames off a response body and turns each into a gateway line.
+struct StreamState<B> {
+    body: std::pin::Pin<Box<B>>,
+    buffer: BytesMut,
+    method: MethodDescriptor,
+    done: bool,
+}
+
+impl<B> StreamState<B>
+where
+    B: http_body::Body<Data = Bytes>,
+    B::Error: Into<tonic::codegen::StdError>,
+{
+    /// The next line to write, `None` at the end of the stream.
+    async fn next_line(&mut self) -> Option<String> {
+        loop {
+            if self.done {
+                return None;
+            }
+            if let Some(message) = self.take_message() {
+                return Some(match encode_json(&self.method, &message) {
+                    Ok(json) => format!("{{\"result\":{json}}}\n"),
+                    Err((code, message)) => self.fail(code, &message),
+                });
+            }
+            match self.body.frame().await {
+                None => return None,
+                Some(Err(err)) => return Some(self.fail(Code::Unavailable, &err.into().to_string())),
+                Some(Ok(frame)) => match frame.into_data() {
+                    Ok(data) => self.buffer.extend_from_slice(&data),
+                    Err(frame) => {
+                        if let Some((code, message)) = frame.trailers_ref().and_then(grpc_failure) {
+                            return Some(self.fail(code, &message));
+                        }
+                    }
+                },
+            }
+        }
+    }
+
+    /// A whole gRPC message from the buffer, if one has arrived.
+    fn take_message(&mut self) -> Option<Bytes> {
+        let header = self.buffer.get(..5)?;
+        let len = u32::from_be_bytes([header[1], header[2], header[3], header[4]]) as usize;
+        if self.buffer.len() < 5 + len {
+            return None;
+        }
+        let mut frame = self.buffer.split_to(5 + len);
+        Some(frame.split_off(5).freeze())
+    }
+
+    fn fail(&mut self, code: Code, message: &str) -> String {
+        self.done = true;
+        stream_error(code, message).1
+    }
+}
+
+/// grpc-gateway v1's error line for a stream, with the HTTP status of the code.
+fn stream_error(code: Code, message: &str) -> (StatusCode, String) {
+    let status = http_status(code);
+    let json = serde_json::json!({
+        "grpc_code": code as i32,
+        "http_code": status.as_u16(),
+        "message": message,
+        "http_status": status.canonical_reason().unwrap_or(""),
+    });
+    // grpc-gateway writes the fields in this order; serde_json would sort them.
+    let line = format!(
+        r#"{{"error":{{"grpc_code":{},"http_code":{},"message":{},"http_status":{}}}}}"#,
+        json["grpc_code"], json["http_code"], json["message"], json["http_status"]
+    );
+    (status, line + "\n")
+}
+
+/// Every JSON object in a client stream's body, each as its protobuf encoding.
+fn decode_json_stream(method: &MethodDescriptor, body: &[u8]) -> Result<Vec<Vec<u8>>, Failure> {
+    let options = DeserializeOptions::new().deny_unknown_fields(false);
+    let mut json = serde_json::Deserializer::from_slice(body).into_iter::<serde_json::Value>();
+    let mut messages = Vec::new();
+    for value in &mut json {
+        let value = value.map_err(|e| (Code::InvalidArgument, e.to_string()))?;
+        let message = DynamicMessage::deserialize_with_options(method.input(), value, &options)
+            .map_err(|e| (Code::InvalidArgument, e.to_string()))?;
+        messages.push(message.encode_to_vec());
+    }
+    Ok(messages)
 }
 
 /// The request's protobuf encoding. An empty body is an empty message, and unknown fields are ignored,
@@ -209,7 +371,16 @@ fn json_response(status: StatusCode, json: String) -> Response<Body> {
 
 /// grpc-gateway v1's error body and its HTTP status for the code.
 fn error_response(code: Code, message: &str) -> Response<Body> {
-    let status = match code {
+    let status = http_status(code);
+    let body = serde_json::json!({ "error": message, "message": message, "code": code as i32 });
+    // serde_json orders the keys; grpc-gateway writes error, message, code.
+    let json = format!(r#"{{"error":{},"message":{},"code":{}}}"#, body["error"], body["message"], body["code"]);
+    json_response(status, json)
+}
+
+/// grpc-gateway's HTTP status for a gRPC code.
+fn http_status(code: Code) -> StatusCode {
+    match code {
         Code::Ok => StatusCode::OK,
         Code::Cancelled => StatusCode::REQUEST_TIMEOUT,
         Code::InvalidArgument | Code::OutOfRange => StatusCode::BAD_REQUEST,
@@ -223,11 +394,7 @@ fn error_response(code: Code, message: &str) -> Response<Body> {
         Code::Unimplemented => StatusCode::NOT_IMPLEMENTED,
         Code::Unavailable => StatusCode::SERVICE_UNAVAILABLE,
         Code::Unknown | Code::Internal | Code::DataLoss => StatusCode::INTERNAL_SERVER_ERROR,
-    };
-    let body = serde_json::json!({ "error": message, "message": message, "code": code as i32 });
-    // serde_json orders the keys; grpc-gateway writes error, message, code.
-    let json = format!(r#"{{"error":{},"message":{},"code":{}}}"#, body["error"], body["message"], body["code"]);
-    json_response(status, json)
+    }
 }
 
 #[cfg(test)]
@@ -240,7 +407,7 @@ mod tests {
             let found = route(path).map(|m| m.name().to_string());
             assert_eq!(found.as_deref(), Some(*method), "{path}");
         }
-        assert!(route("/v3/watch").is_none(), "streams are not served");
+        assert!(route("/v3/watch").is_some_and(|m| m.is_server_streaming() && m.is_client_streaming()));
     }
 
     #[test]

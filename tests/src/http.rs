@@ -82,6 +82,79 @@ fn parse_response(raw: &[u8]) -> anyhow::Result<HttpResponse> {
     Ok(HttpResponse { status, headers, body: String::from_utf8(body).context("body is not UTF-8")? })
 }
 
+/// A request whose answer streams (the gateway's `/v3/watch`, ...): its status, then its body line by line
+/// as it arrives.
+pub struct HttpStream {
+    stream: tokio::net::TcpStream,
+    /// What arrived after the headers, still chunk-encoded.
+    raw: Vec<u8>,
+    pub status: u16,
+    lines_read: usize,
+}
+
+impl HttpStream {
+    /// Sends `POST path` with `body` and reads the answer's headers.
+    pub async fn open(client_url: &str, path: &str, body: &str) -> anyhow::Result<HttpStream> {
+        let authority = client_url.strip_prefix("http://").unwrap_or(client_url).trim_end_matches('/');
+        let mut stream = tokio::net::TcpStream::connect(authority).await?;
+        let head = format!(
+            "POST {path} HTTP/1.1\r\nHost: {authority}\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}",
+            body.len()
+        );
+        stream.write_all(head.as_bytes()).await?;
+        let mut raw = Vec::new();
+        let split = loop {
+            if let Some(at) = raw.windows(4).position(|w| w == b"\r\n\r\n") {
+                break at;
+            }
+            let mut buf = [0u8; 4096];
+            let n = tokio::time::timeout(REQUEST_TIMEOUT, stream.read(&mut buf)).await.context("no answer")??;
+            anyhow::ensure!(n > 0, "the connection closed before the headers");
+            raw.extend_from_slice(&buf[..n]);
+        };
+        let head = std::str::from_utf8(&raw[..split])?;
+        let status = head.split(' ').nth(1).context("no status code")?.parse()?;
+        let raw = raw[split + 4..].to_vec();
+        Ok(HttpStream { stream, raw, status, lines_read: 0 })
+    }
+
+    /// The next line of the (chunked) body, waiting up to `wait` for it.
+    pub async fn next_line(&mut self, wait: Duration) -> anyhow::Result<String> {
+        let deadline = tokio::time::Instant::now() + wait;
+        loop {
+            let body = dechunk_complete(&self.raw);
+            // Every piece but the last ends with a line end.
+            let pieces: Vec<&[u8]> = body.split(|b| *b == b'\n').collect();
+            if pieces.len() - 1 > self.lines_read {
+                let line = pieces[self.lines_read].to_vec();
+                self.lines_read += 1;
+                return Ok(String::from_utf8(line)?);
+            }
+            let mut buf = [0u8; 4096];
+            let n =
+                tokio::time::timeout_at(deadline, self.stream.read(&mut buf)).await.context("no line in time")??;
+            anyhow::ensure!(n > 0, "the stream ended");
+            self.raw.extend_from_slice(&buf[..n]);
+        }
+    }
+}
+
+/// The chunks of a chunked body that arrived whole.
+fn dechunk_complete(mut raw: &[u8]) -> Vec<u8> {
+    let mut body = Vec::new();
+    while let Some(end) = raw.windows(2).position(|w| w == b"\r\n") {
+        let size = std::str::from_utf8(&raw[..end]).ok().and_then(|s| usize::from_str_radix(s.trim(), 16).ok());
+        match size {
+            Some(size) if size > 0 && raw.len() >= end + 2 + size + 2 => {
+                body.extend_from_slice(&raw[end + 2..end + 2 + size]);
+                raw = &raw[end + 2 + size + 2..];
+            }
+            _ => break,
+        }
+    }
+    body
+}
+
 fn dechunk(mut raw: &[u8]) -> anyhow::Result<Vec<u8>> {
     let mut body = Vec::new();
     loop {

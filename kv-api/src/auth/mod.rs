@@ -480,6 +480,19 @@ pub fn as_caller(caller: Option<Caller>, cmd: Command) -> Command {
     }
 }
 
+/// An auth error as etcd's auth package words it, with code Unknown: what etcd answers where it returns
+/// the package's errors without mapping them (its maintenance service).
+pub fn unmapped_status(err: &Error) -> tonic::Status {
+    let text = match err {
+        Error::UserEmpty => "auth: user name is empty",
+        Error::UserNotFound => "auth: user not found",
+        Error::PermissionDenied => "auth: permission denied",
+        Error::InvalidAuthToken => "auth: invalid auth token",
+        other => return tonic::Status::from(other.clone()),
+    };
+    tonic::Status::unknown(text)
+}
+
 fn record_key(prefix: &[u8], name: &str) -> Vec<u8> {
     [prefix, name.as_bytes()].concat()
 }

@@ -45,12 +45,15 @@ impl<C: Consensus> MaintenanceService<C> {
     }
 
     /// etcd's maintenance auth: while auth is enabled, Defragment, Snapshot, Hash and HashKV need root.
-    async fn check_admin(&self, metadata: &tonic::metadata::MetadataMap) -> Result<()> {
+    /// etcd returns these refusals unmapped: code Unknown, and its auth package's texts.
+    async fn check_admin(&self, metadata: &tonic::metadata::MetadataMap) -> Result<(), Status> {
         let token = crate::auth::token_of(metadata);
-        match crate::auth::caller(&*self.consensus, &self.store, token.as_deref()).await? {
-            Some(caller) => self.store.read().auth().check_admin(&caller),
-            None => Ok(()),
-        }
+        let checked = match crate::auth::caller(&*self.consensus, &self.store, token.as_deref()).await {
+            Ok(Some(caller)) => self.store.read().auth().check_admin(&caller),
+            Ok(None) => Ok(()),
+            Err(err) => Err(err),
+        };
+        checked.map_err(|err| crate::auth::unmapped_status(&err))
     }
 
     /// Runs `f` on the store with everything apply staged committed first, on a blocking thread (hashes

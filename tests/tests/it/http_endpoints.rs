@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 use anyhow::{bail, Context};
 use etcd_client::GetOptions;
 use tests::http::{self, Metrics};
-use tests::{Cluster, ClusterConfig, Timing};
+use tests::{Cluster, ClusterConfig, Member, Timing};
 
 /// How long a member may take to notice it lost its quorum, or to probe its peers (etcd records its
 /// first round trips 5 s after start).
@@ -238,5 +238,36 @@ async fn gateway_puts_and_ranges_in_etcds_json() -> anyhow::Result<()> {
     assert_eq!(refused.status, 400);
     let message = "etcdserver: key is not provided";
     assert_eq!(refused.body, format!(r#"{{"error":"{message}","message":"{message}","code":3}}"#));
+    Ok(())
+}
+
+#[tokio::test]
+async fn gateway_streams_watch_events_keepalives_and_snapshots_as_json_lines() -> anyhow::Result<()> {
+    use tests::http::HttpStream;
+    let wait = Duration::from_secs(10);
+    let member = Member::start().await?;
+    let url = member.client_url();
+    // base64 of "gw/key" and "v1".
+    let mut watch = HttpStream::open(&url, "/v3/watch", r#"{"create_request":{"key":"Z3cva2V5"}}"#).await?;
+    assert_eq!(watch.status, 200);
+    let created: serde_json::Value = serde_json::from_str(&watch.next_line(wait).await?)?;
+    assert_eq!(created["result"]["created"], true, "{created}");
+    http::request(&url, "POST", "/v3/kv/put", Some(r#"{"key":"Z3cva2V5","value":"djE="}"#)).await?;
+    let event: serde_json::Value = serde_json::from_str(&watch.next_line(wait).await?)?;
+    let kv = &event["result"]["events"][0]["kv"];
+    assert_eq!(
+        (kv["key"].as_str(), kv["value"].as_str(), kv["version"].as_str()),
+        (Some("Z3cva2V5"), Some("djE="), Some("1"))
+    );
+
+    let granted = http::request(&url, "POST", "/v3/lease/grant", Some(r#"{"TTL":"60","ID":"77"}"#)).await?;
+    assert_eq!(granted.status, 200, "{granted:?}");
+    let mut keepalive = HttpStream::open(&url, "/v3/lease/keepalive", r#"{"ID":"77"}"#).await?;
+    let renewed: serde_json::Value = serde_json::from_str(&keepalive.next_line(wait).await?)?;
+    assert_eq!((renewed["result"]["ID"].as_str(), renewed["result"]["TTL"].as_str()), (Some("77"), Some("60")));
+
+    let mut snapshot = HttpStream::open(&url, "/v3/maintenance/snapshot", "{}").await?;
+    let first: serde_json::Value = serde_json::from_str(&snapshot.next_line(wait).await?)?;
+    assert!(first["result"]["blob"].as_str().is_some_and(|blob| !blob.is_empty()), "{first}");
     Ok(())
 }
