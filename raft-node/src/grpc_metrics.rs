@@ -57,6 +57,13 @@ const METHODS: &[(&str, &str, &str)] = &[
     ("etcdserverpb.Watch", "Watch", BIDI_STREAM),
     ("grpc.health.v1.Health", "Check", UNARY),
     ("grpc.health.v1.Health", "Watch", SERVER_STREAM),
+    ("v3electionpb.Election", "Campaign", UNARY),
+    ("v3electionpb.Election", "Leader", UNARY),
+    ("v3electionpb.Election", "Observe", SERVER_STREAM),
+    ("v3electionpb.Election", "Proclaim", UNARY),
+    ("v3electionpb.Election", "Resign", UNARY),
+    ("v3lockpb.Lock", "Lock", UNARY),
+    ("v3lockpb.Lock", "Unlock", UNARY),
 ];
 
 const UNARY: &str = "unary";
