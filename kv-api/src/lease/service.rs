@@ -74,11 +74,23 @@ impl<C: Consensus> LeaseService<C> {
         }
     }
 
-    async fn time_to_live(&self, req: pb::LeaseTimeToLiveRequest) -> Result<pb::LeaseTimeToLiveResponse> {
+    async fn time_to_live(
+        &self,
+        token: Option<&str>,
+        req: pb::LeaseTimeToLiveRequest,
+    ) -> Result<pb::LeaseTimeToLiveResponse> {
         let remaining = self.consensus.lease_time_to_live(req.id).await?;
         // The lease's keys as of now: this member must have applied what the leader has.
         self.consensus.read_barrier().await?;
+        let caller = crate::auth::caller(&*self.consensus, &self.store, token).await?;
         let lease = self.store.read().lease(req.id).cloned();
+        // As etcd 3.5: with auth on, the caller must be able to read every key on the lease.
+        if let (Some(caller), Some(lease)) = (&caller, &lease) {
+            let store = self.store.read();
+            for key in &lease.keys {
+                store.auth().check_read(caller, key, &[])?;
+            }
+        }
         let (ttl, granted_ttl, keys) = match (remaining, lease) {
             (Some(remaining), Some(lease)) => {
                 let keys = if req.keys { lease.keys.into_iter().collect() } else { Vec::new() };
@@ -145,7 +157,8 @@ impl<C: Consensus> pb::lease_server::Lease for LeaseService<C> {
         &self,
         request: Request<pb::LeaseTimeToLiveRequest>,
     ) -> Result<Response<pb::LeaseTimeToLiveResponse>, Status> {
-        Ok(Response::new(self.time_to_live(request.into_inner()).await?))
+        let token = crate::auth::token_of(request.metadata());
+        Ok(Response::new(self.time_to_live(token.as_deref(), request.into_inner()).await?))
     }
 
     async fn lease_leases(

@@ -246,3 +246,28 @@ async fn the_gateway_authenticates_and_passes_the_token_from_the_authorization_h
     assert_eq!(json["message"], "etcdserver: invalid auth token", "{json}");
     Ok(())
 }
+
+/// etcd 3.5 checks the keys a lease holds before it tells them (3.4.23 does not): a lease's keys are
+/// no way around a missing read permission. Ours follows 3.5, so this runs against ours only.
+#[tokio::test]
+async fn a_leases_keys_are_told_only_to_who_may_read_them() -> anyhow::Result<()> {
+    if tests::ServerKind::from_env() == tests::ServerKind::Etcd {
+        return Ok(());
+    }
+    let cluster = Cluster::start(1).await?;
+    let member = cluster.member(0);
+    read_only_app_user(member).await?;
+    let mut root = reader_client(member, "root", "rootpw").await?;
+    let secret = root.lease_grant(60, None).await?.id();
+    root.put("/secret/k", "v", Some(etcd_client::PutOptions::new().with_lease(secret))).await?;
+    let app = root.lease_grant(60, None).await?.id();
+    root.put("/app/leased", "v", Some(etcd_client::PutOptions::new().with_lease(app))).await?;
+
+    let mut reader = reader_client(member, "reader", "readpw").await?;
+    let keys = etcd_client::LeaseTimeToLiveOptions::new().with_keys();
+    let told = reader.lease_time_to_live(app, Some(keys.clone())).await?;
+    assert_eq!(told.keys(), [b"/app/leased".to_vec()]);
+    let refused = reader.lease_time_to_live(secret, Some(keys)).await;
+    assert_grpc_error(refused, Code::PermissionDenied, "etcdserver: permission denied");
+    Ok(())
+}
