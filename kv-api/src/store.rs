@@ -130,69 +130,43 @@ impl MvccStore {
             None => NEVER_COMPACTED,
         };
         let mut newest = 1;
-        let mut failure = None;
         // The lease of each key's newest value, to attach keys to their leases once all are known.
         let mut key_leases: HashMap<Vec<u8>, LeaseId> = HashMap::new();
         let index = &mut self.index;
-        self.backend.scan(Bucket::Key, &mut |key, value| {
-            let step = Revision::from_bytes(key)
-                .ok_or_else(|| Error::Internal("corrupt revision key".into()))
-                .and_then(|rev| decode_entry(value).map(|entry| (rev, entry)));
-            match step {
-                Ok((rev, (tombstone, kv))) => {
-                    if tombstone {
-                        index.restore_tombstone(&kv.key, rev);
-                        key_leases.remove(&kv.key);
-                    } else {
-                        index.restore(&kv.key, Revision::new(kv.create_revision, 0), rev, kv.version);
-                        key_leases.insert(kv.key, kv.lease);
-                    }
-                    newest = rev.main;
-                    true
-                }
-                Err(err) => {
-                    failure = Some(err);
-                    false
-                }
+        try_scan(&*self.backend, Bucket::Key, |key, value| {
+            let rev = Revision::from_bytes(key).ok_or_else(|| Error::Internal("corrupt revision key".into()))?;
+            let (tombstone, kv) = decode_entry(value)?;
+            if tombstone {
+                index.restore_tombstone(&kv.key, rev);
+                key_leases.remove(&kv.key);
+            } else {
+                index.restore(&kv.key, Revision::new(kv.create_revision, 0), rev, kv.version);
+                key_leases.insert(kv.key, kv.lease);
             }
+            newest = rev.main;
+            Ok(())
         })?;
-        if let Some(err) = failure {
-            return Err(err);
-        }
         // Compaction may have removed the newest tombstones; the revision never goes back below it.
         self.current = newest.max(self.compacted).max(1);
         self.live_keys = self.index.range(KeyRange::new(&[0], &[0]), self.current).count() as i64;
 
         self.leases.clear();
         let leases = &mut self.leases;
-        self.backend.scan(Bucket::Lease, &mut |id, ttl| {
-            match (decode_i64(id), decode_i64(ttl)) {
-                (Ok(id), Ok(ttl)) => leases.grant(id, ttl),
-                (Err(err), _) | (_, Err(err)) => failure = Some(err),
-            }
-            failure.is_none()
+        try_scan(&*self.backend, Bucket::Lease, |id, ttl| {
+            leases.grant(decode_i64(id)?, decode_i64(ttl)?);
+            Ok(())
         })?;
-        if let Some(err) = failure {
-            return Err(err);
-        }
         for (key, lease) in key_leases {
             self.leases.attach(&key, lease);
         }
 
         self.alarms.clear();
         let alarms = &mut self.alarms;
-        self.backend.scan(Bucket::Alarm, &mut |key, _| {
-            match alarm::from_key(key) {
-                Some((member_id, alarm)) => {
-                    alarms.activate(member_id, alarm);
-                }
-                None => failure = Some(Error::Internal("corrupt alarm key".into())),
-            }
-            failure.is_none()
+        try_scan(&*self.backend, Bucket::Alarm, |key, _| {
+            let (member_id, alarm) = alarm::from_key(key).ok_or_else(|| Error::Internal("corrupt alarm key".into()))?;
+            alarms.activate(member_id, alarm);
+            Ok(())
         })?;
-        if let Some(err) = failure {
-            return Err(err);
-        }
         self.auth.load(&*self.backend)
     }
 
@@ -690,6 +664,23 @@ impl MvccStore {
         self.backend.replace_all(batch)?;
         self.load()
     }
+}
+
+/// Visits every entry of `bucket` in key order, stopping at the first error `visit` returns.
+pub(crate) fn try_scan(
+    backend: &dyn Backend,
+    bucket: Bucket,
+    mut visit: impl FnMut(&[u8], &[u8]) -> Result<()>,
+) -> Result<()> {
+    let mut failure = None;
+    backend.scan(bucket, &mut |key, value| match visit(key, value) {
+        Ok(()) => true,
+        Err(err) => {
+            failure = Some(err);
+            false
+        }
+    })?;
+    failure.map_or(Ok(()), Err)
 }
 
 fn decode_i64(bytes: &[u8]) -> Result<i64> {

@@ -132,39 +132,22 @@ impl AuthStore {
     pub fn load(&mut self, backend: &dyn Backend) -> Result<()> {
         let tokens = std::mem::take(&mut self.tokens);
         *self = AuthStore { tokens, ..Default::default() };
-        let mut failure = None;
-        backend.scan(Bucket::Auth, &mut |key, value| {
-            let step = if key == KEY_ENABLED {
+        crate::store::try_scan(backend, Bucket::Auth, |key, value| {
+            if key == KEY_ENABLED {
                 self.enabled = value == [1];
-                Ok(())
             } else if key == KEY_REVISION {
-                value.try_into().map(|bytes| self.revision = u64::from_be_bytes(bytes)).map_err(|_| corrupt("revision"))
+                self.revision = u64::from_be_bytes(value.try_into().map_err(|_| corrupt("revision"))?);
             } else if let Some(name) = key.strip_prefix(USER_PREFIX) {
-                authpb::User::decode(value)
-                    .map(|user| {
-                        self.users.insert(String::from_utf8_lossy(name).into_owned(), user);
-                    })
-                    .map_err(|_| corrupt("user"))
+                let user = authpb::User::decode(value).map_err(|_| corrupt("user"))?;
+                self.users.insert(String::from_utf8_lossy(name).into_owned(), user);
             } else if let Some(name) = key.strip_prefix(ROLE_PREFIX) {
-                authpb::Role::decode(value)
-                    .map(|role| {
-                        self.roles.insert(String::from_utf8_lossy(name).into_owned(), role);
-                    })
-                    .map_err(|_| corrupt("role"))
+                let role = authpb::Role::decode(value).map_err(|_| corrupt("role"))?;
+                self.roles.insert(String::from_utf8_lossy(name).into_owned(), role);
             } else {
-                Err(corrupt("unknown key"))
-            };
-            match step {
-                Ok(()) => true,
-                Err(err) => {
-                    failure = Some(err);
-                    false
-                }
+                return Err(corrupt("unknown key"));
             }
+            Ok(())
         })?;
-        if let Some(err) = failure {
-            return Err(err);
-        }
         self.refresh_perms();
         Ok(())
     }
