@@ -309,7 +309,7 @@ impl AuthStore {
                 if self.users.contains_key(&req.name) {
                     return Err(Error::UserExists);
                 }
-                let options = req.options.clone().unwrap_or_default();
+                let options = req.options.unwrap_or_default();
                 let password = if options.no_password { Vec::new() } else { req.hashed_password.clone().into_bytes() };
                 let user = authpb::User {
                     name: req.name.clone().into_bytes(),
