@@ -68,6 +68,19 @@ pub enum Error {
     /// The CORRUPT alarm is active: a member's data disagrees with the others'.
     #[error("etcdserver: corrupt cluster")]
     Corrupt,
+    /// Leader on an election nobody holds (etcd's `concurrency.ErrElectionNoLeader`).
+    #[error("election: no leader")]
+    ElectionNoLeader,
+    /// Proclaim with a leader key that no longer leads (etcd's `concurrency.ErrElectionNotLeader`).
+    #[error("election: not leader")]
+    ElectionNotLeader,
+    /// Proclaim or Resign without their `leader` field (etcd's `v3election.ErrMissingLeaderKey`).
+    #[error("\"leader\" field must be provided")]
+    MissingLeaderKey,
+    /// A Lock waited its turn but its own key was gone by then: its lease expired meanwhile (etcd 3.5's
+    /// `concurrency.ErrSessionExpired`).
+    #[error("session expired")]
+    SessionExpired,
     /// The store or the consensus layer failed in a way no request caused (disk error, broken invariant).
     #[error("etcdserver: {0}")]
     Internal(String),
@@ -103,7 +116,11 @@ impl Error {
             | Error::NotSupportedForLearner => Code::Unavailable,
             Error::NoSpace => Code::ResourceExhausted,
             Error::Corrupt => Code::DataLoss,
-            Error::Internal(_) => Code::Unknown,
+            Error::ElectionNoLeader
+            | Error::ElectionNotLeader
+            | Error::MissingLeaderKey
+            | Error::SessionExpired
+            | Error::Internal(_) => Code::Unknown,
         }
     }
 }
@@ -137,6 +154,9 @@ mod tests {
             (Error::TooManyLearners, Code::FailedPrecondition, "etcdserver: too many learner members in cluster"),
             (Error::NoSpace, Code::ResourceExhausted, "etcdserver: mvcc: database space exceeded"),
             (Error::Corrupt, Code::DataLoss, "etcdserver: corrupt cluster"),
+            (Error::ElectionNoLeader, Code::Unknown, "election: no leader"),
+            (Error::ElectionNotLeader, Code::Unknown, "election: not leader"),
+            (Error::MissingLeaderKey, Code::Unknown, "\"leader\" field must be provided"),
         ];
         for (err, code, text) in cases {
             let status = Status::from(err);
