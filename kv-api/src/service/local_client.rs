@@ -308,7 +308,79 @@ impl Drop for KeyWatch {
 
 #[cfg(test)]
 mod tests {
+    use parking_lot::RwLock;
+    use proto::mvccpb::event::EventType;
+
     use super::*;
+    use crate::{Command, MemBackend, MvccStore};
+
+    /// Applies `commands` as the state machine does: commit, then hand the events to the hub.
+    fn apply(store: &SharedStore, hub: &WatchHub, commands: &[Command]) {
+        let mut store = store.write();
+        for command in commands {
+            store.apply(command).expect("apply");
+        }
+        store.commit().expect("commit");
+        hub.notify(store.current_revision(), store.take_events());
+    }
+
+    fn put(key: &str, value: &str) -> Command {
+        Command::Put(pb::PutRequest { key: key.into(), value: value.into(), ..Default::default() })
+    }
+
+    fn delete(key: &str) -> Command {
+        Command::DeleteRange(pb::DeleteRangeRequest { key: key.into(), ..Default::default() })
+    }
+
+    /// (type, key, value, revision) of each event.
+    fn seen(events: Vec<Event>) -> Vec<(EventType, String, String, i64)> {
+        events
+            .into_iter()
+            .map(|e| {
+                let kind = e.r#type();
+                let kv = e.kv.expect("kv");
+                let text = |b: &[u8]| String::from_utf8_lossy(b).into_owned();
+                (kind, text(&kv.key), text(&kv.value), kv.mod_revision)
+            })
+            .collect()
+    }
+
+    async fn next(watch: &mut KeyWatch) -> Vec<(EventType, String, String, i64)> {
+        let events = tokio::time::timeout(std::time::Duration::from_secs(5), watch.next()).await;
+        seen(events.expect("events in time").expect("events"))
+    }
+
+    #[tokio::test]
+    async fn a_key_watch_catches_up_then_follows_the_hub_and_survives_overflow() {
+        use EventType::{Delete, Put};
+        let store: SharedStore = Arc::new(RwLock::new(MvccStore::open(Arc::new(MemBackend::default())).expect("open")));
+        let hub = Arc::new(WatchHub::with_pending_limit(1, 2));
+        // Revisions 2..=4 happen before the watch opens at 3: it reads them from the store's history.
+        apply(&store, &hub, &[put("p/a", "1"), put("p/a", "2"), put("q", "x")]);
+        let mut watch =
+            KeyWatch::open(hub.clone(), store.clone(), WatchRange::new(b"p/".to_vec(), prefix_end(b"p/")), 3);
+        assert_eq!(next(&mut watch).await, [(Put, "p/a".into(), "2".into(), 3)]);
+        // Live changes come from the hub, outside keys left out.
+        apply(&store, &hub, &[put("q", "y"), put("p/b", "1")]);
+        assert_eq!(next(&mut watch).await, [(Put, "p/b".into(), "1".into(), 6)]);
+        // More than the hub buffers (two events): the watch falls back to the store and misses nothing.
+        apply(&store, &hub, &[put("p/a", "3")]);
+        apply(&store, &hub, &[put("p/b", "2")]);
+        apply(&store, &hub, &[delete("p/a")]);
+        let mut events = Vec::new();
+        while events.len() < 3 {
+            events.extend(next(&mut watch).await);
+        }
+        let want = [
+            (Put, "p/a".to_string(), "3".to_string(), 7),
+            (Put, "p/b".to_string(), "2".to_string(), 8),
+            (Delete, "p/a".to_string(), String::new(), 9),
+        ];
+        assert_eq!(events, want);
+        // Dropping the watch unregisters it.
+        drop(watch);
+        assert!(hub.is_empty());
+    }
 
     #[test]
     fn prefix_ends_follow_etcd() {
