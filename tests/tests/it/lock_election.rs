@@ -179,6 +179,18 @@ async fn observe_sees_every_leadership_in_order() -> anyhow::Result<()> {
     for _ in 0..3 {
         leases.push(client.lease_grant(60, None).await?.id());
     }
+    // A stream opened before anyone leads reports the first leader (etcd answers Observe only then).
+    let early = {
+        let mut observer = waiting_client(&cluster, 2).await?;
+        tokio::spawn(async move {
+            let mut stream = observer.observe("pick").await?;
+            anyhow::Ok(tokio::time::timeout(WAIT_TIMEOUT, stream.message()).await??)
+        })
+    };
+    // Time for the call to reach the server. Were it late, it would report the same first leader (from a
+    // read rather than a wait), so this pause only decides which path runs, never the outcome.
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert!(!early.is_finished(), "Observe answered before anyone led");
     // The first candidate, on member 1, wins at once.
     let mut first = waiting_client(&cluster, 1).await?;
     let won = first.campaign("pick", "v1", leases[0]).await?;
@@ -186,6 +198,10 @@ async fn observe_sees_every_leadership_in_order() -> anyhow::Result<()> {
     assert_eq!(first_key.key(), format!("pick/{:x}", leases[0]).as_bytes());
     assert_eq!(first_key.rev(), header(won.header()).revision());
     assert_eq!(first_key.lease(), leases[0]);
+    let early = early.await??.expect("the early Observe stream ended");
+    let early_kv = early.kv().expect("Observe answers the leader's key-value");
+    assert_eq!((early_kv.key(), early_kv.value()), (first_key.key(), &b"v1"[..]));
+    assert_eq!(header(early.header()).revision(), early_kv.mod_revision());
 
     let mut observe = client.observe("pick").await?;
     let mut observed = Vec::new();
@@ -290,6 +306,19 @@ async fn followers_serve_lock_and_election() -> anyhow::Result<()> {
     assert_eq!(second.leader().map(LeaderKey::lease), Some(lease_b));
     let leader = b.leader("g").await?;
     assert_eq!(leader.kv().map(|kv| kv.value()), Some(&b"b"[..]));
+
+    // Campaigning again with the same lease keeps the candidate's place and proclaims the new value.
+    let again = b.campaign("g", "b2", lease_b).await?;
+    assert_eq!(again.leader().map(LeaderKey::rev), second.leader().map(LeaderKey::rev));
+    let leader = a.leader("g").await?;
+    assert_eq!(leader.kv().map(|kv| kv.value()), Some(&b"b2"[..]));
+
+    // Without a lease, Lock opens a 60-second one (etcd's default session TTL) and names the key after it.
+    let unleased = b.lock("h", None).await?;
+    let key = String::from_utf8_lossy(unleased.key()).into_owned();
+    let lease = i64::from_str_radix(key.strip_prefix("h/").expect("the key is under the lock's name"), 16)?;
+    let granted = a.lease_time_to_live(lease, None).await?;
+    assert_eq!(granted.granted_ttl(), 60, "the lease of {key}");
 
     // Requests without their leader key fail as etcd's do.
     assert_grpc_error(b.proclaim("x", None).await, Code::Unknown, "\"leader\" field must be provided");
