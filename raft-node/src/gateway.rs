@@ -6,7 +6,7 @@
 //! gateway (grpc-gateway v1 with jsonpb, original field names) writes it: bytes in base64, 64-bit
 //! integers as strings, enums by name, fields at their default left out. A gRPC error becomes grpc-gateway's
 //! `{"error":..,"message":..,"code":..}` with its HTTP status. Streams (`/v3/watch`,
-//! `/v3/lease/keepalive`, `/v3/maintenance/snapshot`) are not served.
+//! `/v3/lease/keepalive`, `/v3/maintenance/snapshot`, `/v3/election/observe`) are not served.
 
 use std::sync::LazyLock;
 
@@ -42,6 +42,12 @@ const ROUTES: &[(&str, &str, &str)] = &[
     ("/v3/maintenance/defragment", "etcdserverpb.Maintenance", "Defragment"),
     ("/v3/maintenance/hash", "etcdserverpb.Maintenance", "Hash"),
     ("/v3/maintenance/transfer-leadership", "etcdserverpb.Maintenance", "MoveLeader"),
+    ("/v3/lock/lock", "v3lockpb.Lock", "Lock"),
+    ("/v3/lock/unlock", "v3lockpb.Lock", "Unlock"),
+    ("/v3/election/campaign", "v3electionpb.Election", "Campaign"),
+    ("/v3/election/proclaim", "v3electionpb.Election", "Proclaim"),
+    ("/v3/election/leader", "v3electionpb.Election", "Leader"),
+    ("/v3/election/resign", "v3electionpb.Election", "Resign"),
 ];
 
 /// The largest JSON body read (etcd's default request limit is 1.5 MiB; base64 and JSON add a third).

@@ -8,10 +8,12 @@
 
 use std::time::{Duration, Instant};
 
+use base64::engine::general_purpose::STANDARD;
+use base64::Engine;
 use etcd_client::{
     Client, Compare, CompareOp, GetOptions, LeaderKey, LockOptions, ProclaimOptions, ResignOptions, Txn, TxnOp,
 };
-use tests::{assert_grpc_error, Cluster};
+use tests::{assert_grpc_error, http, Cluster};
 use tokio::task::JoinHandle;
 use tonic::Code;
 
@@ -319,6 +321,17 @@ async fn followers_serve_lock_and_election() -> anyhow::Result<()> {
     let lease = i64::from_str_radix(key.strip_prefix("h/").expect("the key is under the lock's name"), 16)?;
     let granted = a.lease_time_to_live(lease, None).await?;
     assert_eq!(granted.granted_ttl(), 60, "the lease of {key}");
+
+    // etcd's JSON gateway serves the unary calls too, with the same answers.
+    let url = cluster.member(followers[0]).client_url();
+    let nobody = http::request(&url, "POST", "/v3/election/leader", Some(r#"{"name":"bm9ib2R5"}"#)).await?;
+    let no_leader = r#"{"error":"election: no leader","message":"election: no leader","code":2}"#;
+    assert_eq!((nobody.status, nobody.body.as_str()), (500, no_leader));
+    let body = format!(r#"{{"name":"d2Vi","lease":"{lease_a}"}}"#);
+    let locked = http::request(&url, "POST", "/v3/lock/lock", Some(&body)).await?;
+    let key = STANDARD.encode(format!("web/{lease_a:x}"));
+    assert_eq!(locked.status, 200, "{}", locked.body);
+    assert!(locked.body.ends_with(&format!(r#""key":"{key}"}}"#)), "{}", locked.body);
 
     // Requests without their leader key fail as etcd's do.
     assert_grpc_error(b.proclaim("x", None).await, Code::Unknown, "\"leader\" field must be provided");
