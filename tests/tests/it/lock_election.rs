@@ -1,6 +1,7 @@
 //! The Lock and Election services on three members, through the `etcd-client` crate: mutual exclusion
 //! with fenced writes, a lock lost with its holder's lease, leadership changes seen in order by
-//! `Observe`, and every member serving the recipes.
+//! `Observe`, every member serving the recipes (and etcd's JSON gateway), and a waiting Lock outliving
+//! the loss of the Raft leader.
 //!
 //! Writes under a lock are fenced as etcd's users do it: the holder reads its lock key's create revision
 //! once it holds the lock and makes every write a txn comparing it; once the key is gone (unlocked or
@@ -13,7 +14,7 @@ use base64::Engine;
 use etcd_client::{
     Client, Compare, CompareOp, GetOptions, LeaderKey, LockOptions, ProclaimOptions, ResignOptions, Txn, TxnOp,
 };
-use tests::{assert_grpc_error, http, Cluster};
+use tests::{assert_grpc_error, http, Cluster, ClusterConfig, Timing};
 use tokio::task::JoinHandle;
 use tonic::Code;
 
@@ -336,5 +337,39 @@ async fn followers_serve_lock_and_election() -> anyhow::Result<()> {
     // Requests without their leader key fail as etcd's do.
     assert_grpc_error(b.proclaim("x", None).await, Code::Unknown, "\"leader\" field must be provided");
     assert_grpc_error(b.resign(None).await, Code::Unknown, "\"leader\" field must be provided");
+    Ok(())
+}
+
+#[tokio::test]
+async fn a_waiting_lock_survives_the_loss_of_the_raft_leader() -> anyhow::Result<()> {
+    let config = ClusterConfig { timing: Some(Timing::FAST), ..ClusterConfig::new(3) };
+    let mut cluster = Cluster::start_with(config).await?;
+    let leader = cluster.leader().await?;
+    let followers: Vec<usize> = (0..cluster.len()).filter(|i| *i != leader).collect();
+    let mut holder = waiting_client(&cluster, followers[0]).await?;
+    let waiter = waiting_client(&cluster, followers[1]).await?;
+    let holder_lease = holder.lease_grant(60, None).await?.id();
+    let waiter_lease = holder.lease_grant(60, None).await?.id();
+    let held = holder.lock("failover", Some(LockOptions::new().with_lease(holder_lease))).await?;
+    let waiting = {
+        let mut waiter = waiter.clone();
+        tokio::spawn(async move { waiter.lock("failover", Some(LockOptions::new().with_lease(waiter_lease))).await })
+    };
+    wait_keys(&mut holder, "failover/", 2).await?;
+
+    // The Raft leader dies while the waiter waits on a follower; the holder unlocks once a new leader
+    // is elected (an unlock refused meanwhile is repeated).
+    cluster.member_mut(leader).kill9()?;
+    cluster.leader().await?;
+    let deadline = Instant::now() + WAIT_TIMEOUT;
+    while let Err(err) = holder.unlock(held.key()).await {
+        anyhow::ensure!(Instant::now() < deadline, "unlock kept failing: {err}");
+        tokio::time::sleep(POLL).await;
+    }
+    let won = tokio::time::timeout(WAIT_TIMEOUT, waiting).await???;
+    assert_eq!(won.key(), format!("failover/{waiter_lease:x}").as_bytes());
+    let mut waiter = waiter;
+    let token = fencing_token(&mut waiter, won.key()).await?.expect("the new holder's key exists");
+    assert!(fenced_put(&mut waiter, won.key(), token, "after-failover", "written".into()).await?);
     Ok(())
 }
