@@ -12,7 +12,8 @@ use std::time::{Duration, Instant};
 use base64::engine::general_purpose::STANDARD;
 use base64::Engine;
 use etcd_client::{
-    Client, Compare, CompareOp, GetOptions, LeaderKey, LockOptions, ProclaimOptions, ResignOptions, Txn, TxnOp,
+    Client, Compare, CompareOp, GetOptions, LeaderKey, LockOptions, LockResponse, ProclaimOptions, ResignOptions, Txn,
+    TxnOp,
 };
 use tests::{assert_grpc_error, http, Cluster, ClusterConfig, Timing};
 use tokio::task::JoinHandle;
@@ -50,6 +51,31 @@ async fn fenced_put(
         .when([Compare::create_revision(lock_key, CompareOp::Equal, token)])
         .and_then([TxnOp::put(key, value, None)]);
     Ok(client.txn(txn).await?.succeeded())
+}
+
+/// Two clients, on the two given members, each with a 60-second lease: the holder holds lock `name`, and
+/// the waiter's Lock waits in a task, its key queued behind the holder's.
+struct Contended {
+    holder: Client,
+    holder_lease: i64,
+    held: LockResponse,
+    waiter: Client,
+    waiter_lease: i64,
+    waiting: JoinHandle<Result<LockResponse, etcd_client::Error>>,
+}
+
+async fn contend(cluster: &Cluster, members: [usize; 2], name: &str) -> anyhow::Result<Contended> {
+    let mut holder = waiting_client(cluster, members[0]).await?;
+    let waiter = waiting_client(cluster, members[1]).await?;
+    let holder_lease = holder.lease_grant(60, None).await?.id();
+    let waiter_lease = holder.lease_grant(60, None).await?.id();
+    let held = holder.lock(name, Some(LockOptions::new().with_lease(holder_lease))).await?;
+    let waiting = {
+        let (mut waiter, name) = (waiter.clone(), name.to_owned());
+        tokio::spawn(async move { waiter.lock(name, Some(LockOptions::new().with_lease(waiter_lease))).await })
+    };
+    wait_keys(&mut holder, &format!("{name}/"), 2).await?;
+    Ok(Contended { holder, holder_lease, held, waiter, waiter_lease, waiting })
 }
 
 /// Polls until `count` keys are under `prefix`.
@@ -274,18 +300,9 @@ async fn followers_serve_lock_and_election() -> anyhow::Result<()> {
     let cluster = Cluster::start(3).await?;
     let leader = cluster.leader().await?;
     let followers: Vec<usize> = (0..cluster.len()).filter(|i| *i != leader).collect();
-    let mut a = waiting_client(&cluster, followers[0]).await?;
-    let mut b = waiting_client(&cluster, followers[1]).await?;
-    let lease_a = a.lease_grant(60, None).await?.id();
-    let lease_b = b.lease_grant(60, None).await?.id();
-
     // A lock taken on one follower blocks a Lock on the other until it is unlocked.
-    let held = a.lock("f", Some(LockOptions::new().with_lease(lease_a))).await?;
-    let waiting = {
-        let mut b = b.clone();
-        tokio::spawn(async move { b.lock("f", Some(LockOptions::new().with_lease(lease_b))).await })
-    };
-    wait_keys(&mut a, "f/", 2).await?;
+    let Contended { holder: mut a, holder_lease: lease_a, held, waiter: mut b, waiter_lease: lease_b, waiting } =
+        contend(&cluster, [followers[0], followers[1]], "f").await?;
     assert!(!waiting.is_finished(), "the second Lock waits while the first holds");
     a.unlock(held.key()).await?;
     let won = waiting.await??;
@@ -346,16 +363,8 @@ async fn a_waiting_lock_survives_the_loss_of_the_raft_leader() -> anyhow::Result
     let mut cluster = Cluster::start_with(config).await?;
     let leader = cluster.leader().await?;
     let followers: Vec<usize> = (0..cluster.len()).filter(|i| *i != leader).collect();
-    let mut holder = waiting_client(&cluster, followers[0]).await?;
-    let waiter = waiting_client(&cluster, followers[1]).await?;
-    let holder_lease = holder.lease_grant(60, None).await?.id();
-    let waiter_lease = holder.lease_grant(60, None).await?.id();
-    let held = holder.lock("failover", Some(LockOptions::new().with_lease(holder_lease))).await?;
-    let waiting = {
-        let mut waiter = waiter.clone();
-        tokio::spawn(async move { waiter.lock("failover", Some(LockOptions::new().with_lease(waiter_lease))).await })
-    };
-    wait_keys(&mut holder, "failover/", 2).await?;
+    let Contended { mut holder, held, mut waiter, waiter_lease, waiting, .. } =
+        contend(&cluster, [followers[0], followers[1]], "failover").await?;
 
     // The Raft leader dies while the waiter waits on a follower; the holder unlocks once a new leader
     // is elected (an unlock refused meanwhile is repeated).
@@ -368,7 +377,6 @@ async fn a_waiting_lock_survives_the_loss_of_the_raft_leader() -> anyhow::Result
     }
     let won = tokio::time::timeout(WAIT_TIMEOUT, waiting).await???;
     assert_eq!(won.key(), format!("failover/{waiter_lease:x}").as_bytes());
-    let mut waiter = waiter;
     let token = fencing_token(&mut waiter, won.key()).await?.expect("the new holder's key exists");
     assert!(fenced_put(&mut waiter, won.key(), token, "after-failover", "written".into()).await?);
     Ok(())
