@@ -76,7 +76,7 @@ impl<C: Consensus> ElectionService<C> {
 
         // A client that gives up while waiting leaves the election, as etcd's Election does; other
         // failures leave the key to its lease.
-        let mut resign = {
+        let mut leave = {
             let (client, metadata, leader) = (client.clone(), metadata.clone(), leader.clone());
             Cleanup::new(async move {
                 if let Err(err) = resign(&client, &metadata, &leader).await {
@@ -85,7 +85,7 @@ impl<C: Consensus> ElectionService<C> {
             })
         };
         let waited = client.wait_deletes(metadata, &prefix, leader.rev - 1).await;
-        resign.disarm();
+        leave.disarm();
         waited?;
         Ok(epb::CampaignResponse { header: resp.header, leader: Some(leader) })
     }
@@ -125,6 +125,7 @@ impl<C: Consensus> ElectionService<C> {
 
     async fn resign(&self, metadata: &MetadataMap, req: epb::ResignRequest) -> Result<epb::ResignResponse, Status> {
         let leader = req.leader.ok_or(Error::MissingLeaderKey)?;
+        // etcd opens a session here too (a lease granted for nothing when the key names none).
         self.client.session_lease(metadata, leader.lease).await?;
         let header = resign(&self.client, metadata, &leader).await?;
         Ok(epb::ResignResponse { header })
