@@ -180,21 +180,46 @@ async fn a_holder_whose_lease_expires_loses_the_lock_and_its_fenced_writes() -> 
 }
 
 #[tokio::test]
-async fn a_cancelled_lock_leaves_the_queue() -> anyhow::Result<()> {
+async fn a_cancelled_lock_or_campaign_leaves_the_queue() -> anyhow::Result<()> {
     let cluster = Cluster::start(3).await?;
     let mut client = waiting_client(&cluster, 0).await?;
     let holder_lease = client.lease_grant(60, None).await?.id();
     let held = client.lock("q", Some(LockOptions::new().with_lease(holder_lease))).await?;
+    let leading = client.campaign("qe", "a", holder_lease).await?;
+    let leader_key = leading.leader().expect("leader key").key().to_vec();
 
-    // A waiter on another member gives up (its client times out).
-    let mut impatient = cluster.member(1).client_with_timeout(Duration::from_secs(1)).await?;
-    let impatient_lease = impatient.lease_grant(60, None).await?.id();
-    let gave_up = impatient.lock("q", Some(LockOptions::new().with_lease(impatient_lease))).await;
-    assert!(gave_up.is_err(), "the lock is held: the waiter cannot get it");
-    // Its key leaves the queue (etcd deletes it when the waiting request ends).
-    wait_keys(&mut client, "q/", 1).await?;
-    let left = client.get("q/", Some(GetOptions::new().with_prefix())).await?;
-    assert_eq!(keys(left.kvs()), [String::from_utf8_lossy(held.key()).into_owned()]);
+    // Waiters on another member give up: their client times out.
+    let impatient = cluster.member(1).client_with_timeout(Duration::from_secs(2)).await?;
+    let impatient_lease = client.lease_grant(60, None).await?.id();
+    let locking = {
+        let mut impatient = impatient.clone();
+        tokio::spawn(async move { impatient.lock("q", Some(LockOptions::new().with_lease(impatient_lease))).await })
+    };
+    let campaigning = {
+        let mut impatient = impatient.clone();
+        tokio::spawn(async move { impatient.campaign("qe", "b", impatient_lease).await })
+    };
+    // Both are queued before either client gives up.
+    wait_keys(&mut client, "q/", 2).await?;
+    wait_keys(&mut client, "qe/", 2).await?;
+    gives_up(&mut client, "q/", locking, held.key()).await?;
+    gives_up(&mut client, "qe/", campaigning, &leader_key).await?;
+    Ok(())
+}
+
+/// Checks that a waiting request, whose key was queued under `prefix`, failed (its client gave up), and
+/// that its key then left (etcd deletes it when the waiting request ends), leaving only `kept`.
+async fn gives_up<T: std::fmt::Debug>(
+    client: &mut Client,
+    prefix: &str,
+    waiting: JoinHandle<Result<T, etcd_client::Error>>,
+    kept: &[u8],
+) -> anyhow::Result<()> {
+    let gave_up = waiting.await?;
+    assert!(gave_up.is_err(), "{prefix} is held: the waiter cannot get it, got {gave_up:?}");
+    wait_keys(client, prefix, 1).await?;
+    let left = client.get(prefix, Some(GetOptions::new().with_prefix())).await?;
+    assert_eq!(keys(left.kvs()), [String::from_utf8_lossy(kept).into_owned()]);
     Ok(())
 }
 
