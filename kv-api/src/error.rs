@@ -103,6 +103,19 @@ pub enum Error {
     InvalidAuthMgmt,
     #[error("etcdserver: revision of auth store is old")]
     AuthOldRevision,
+    /// Leader on an election nobody holds (etcd's `concurrency.ErrElectionNoLeader`).
+    #[error("election: no leader")]
+    ElectionNoLeader,
+    /// Proclaim with a leader key that no longer leads (etcd's `concurrency.ErrElectionNotLeader`).
+    #[error("election: not leader")]
+    ElectionNotLeader,
+    /// Proclaim or Resign without their `leader` field (etcd's `v3election.ErrMissingLeaderKey`).
+    #[error("\"leader\" field must be provided")]
+    MissingLeaderKey,
+    /// A Lock waited its turn but its own key was gone by then: its lease expired meanwhile (etcd 3.5's
+    /// `concurrency.ErrSessionExpired`).
+    #[error("session expired")]
+    SessionExpired,
     /// The store or the consensus layer failed in a way no request caused (disk error, broken invariant).
     #[error("etcdserver: {0}")]
     Internal(String),
@@ -154,7 +167,12 @@ impl Error {
             | Error::NotSupportedForLearner => Code::Unavailable,
             Error::NoSpace => Code::ResourceExhausted,
             Error::Corrupt => Code::DataLoss,
-            Error::Internal(_) | Error::NoPasswordUser => Code::Unknown,
+            Error::ElectionNoLeader
+            | Error::ElectionNotLeader
+            | Error::MissingLeaderKey
+            | Error::SessionExpired
+            | Error::NoPasswordUser
+            | Error::Internal(_) => Code::Unknown,
         }
     }
 }
@@ -198,6 +216,9 @@ mod tests {
                 Code::InvalidArgument,
                 "etcdserver: authentication failed, invalid user ID or password",
             ),
+            (Error::ElectionNoLeader, Code::Unknown, "election: no leader"),
+            (Error::ElectionNotLeader, Code::Unknown, "election: not leader"),
+            (Error::MissingLeaderKey, Code::Unknown, "\"leader\" field must be provided"),
         ];
         for (err, code, text) in cases {
             let status = Status::from(err);

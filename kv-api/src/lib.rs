@@ -17,7 +17,8 @@
 //! - [`command`]: the commands that travel through the log, and their responses.
 //! - [`consensus`]: the [`Consensus`] seam to Raft.
 //! - [`error`]: the one error type and its mapping to gRPC statuses.
-//! - [`service`]: the tonic services (KV, Maintenance, Cluster).
+//! - [`service`]: the tonic services (KV, Maintenance, Cluster, Lock, Election; Lock and Election run
+//!   etcd's lock and election recipes through the member's own KV and Lease services).
 //! - [`stats`]: counts of ranges, puts, deletes and txns, for etcd's metrics.
 //! - [`watch`]: the Watch service and the [`watch::WatchHub`] the apply path feeds.
 

@@ -50,7 +50,7 @@ const ROUTES: &[(&str, &str, &str)] = &[
     ("/v3/watch", "etcdserverpb.Watch", "Watch"),
     ("/v3/lease/keepalive", "etcdserverpb.Lease", "LeaseKeepAlive"),
     ("/v3/maintenance/snapshot", "etcdserverpb.Maintenance", "Snapshot"),
-    ("/v3/lock", "v3lockpb.Lock", "Lock"),
+    ("/v3/lock/lock", "v3lockpb.Lock", "Lock"),
     ("/v3/lock/unlock", "v3lockpb.Lock", "Unlock"),
     ("/v3/election/campaign", "v3electionpb.Election", "Campaign"),
     ("/v3/election/proclaim", "v3electionpb.Election", "Proclaim"),

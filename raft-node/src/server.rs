@@ -10,8 +10,11 @@ use kv_api::auth::service::AuthService;
 use kv_api::lease::expiry::LeaseDeadlines;
 use kv_api::lease::service::LeaseService;
 use kv_api::service::cluster::ClusterService;
+use kv_api::service::election::ElectionService;
 use kv_api::service::kv::KvService;
 use kv_api::service::limit::MessageLimit;
+use kv_api::service::local_client::LocalClient;
+use kv_api::service::lock::LockService;
 use kv_api::service::maintenance::MaintenanceService;
 use kv_api::service::ApiConfig;
 use kv_api::validate::Limits;
@@ -19,6 +22,8 @@ use kv_api::watch::{WatchConfig, WatchService};
 use kv_api::Consensus;
 use proto::etcdserverpb as pb;
 use proto::raftpb;
+use proto::v3electionpb::election_server::ElectionServer;
+use proto::v3lockpb::lock_server::LockServer;
 use tokio::sync::watch;
 use tokio_stream::wrappers::TcpListenerStream;
 use tokio_stream::StreamExt;
@@ -182,6 +187,20 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> anyhow::
     ))
     .max_decoding_message_size(usize::MAX)
     .max_encoding_message_size(usize::MAX);
+    // Lock and Election are clients of this member's own KV and Lease services, as in etcd.
+    let local_client = LocalClient::new(
+        consensus.clone(),
+        Arc::new(KvService::new(consensus.clone(), store.clone(), api.clone())),
+        Arc::new(LeaseService::new(consensus.clone(), store.clone(), api.clone())),
+        store.clone(),
+        watch_hub.clone(),
+    );
+    let lock = LockServer::new(LockService::new(local_client.clone()))
+        .max_decoding_message_size(usize::MAX)
+        .max_encoding_message_size(usize::MAX);
+    let election = ElectionServer::new(ElectionService::new(local_client))
+        .max_decoding_message_size(usize::MAX)
+        .max_encoding_message_size(usize::MAX);
     let maintenance =
         pb::maintenance_server::MaintenanceServer::new(MaintenanceService::new(consensus.clone(), store.clone(), api))
             .max_decoding_message_size(usize::MAX)
@@ -265,6 +284,8 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> anyhow::
                 .add_service(MessageLimit::new(maintenance.clone(), max_message))
                 .add_service(MessageLimit::new(cluster.clone(), max_message))
                 .add_service(MessageLimit::new(auth.clone(), max_message))
+                .add_service(MessageLimit::new(lock.clone(), max_message))
+                .add_service(MessageLimit::new(election.clone(), max_message))
                 .add_service(health.clone());
             let stop = stopped(stop_rx.clone());
             match tls {

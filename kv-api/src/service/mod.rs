@@ -2,8 +2,11 @@
 //! headers.
 
 pub mod cluster;
+pub mod election;
 pub mod kv;
 pub mod limit;
+pub mod local_client;
+pub mod lock;
 pub mod maintenance;
 pub mod quota;
 pub mod snapshot;

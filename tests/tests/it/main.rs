@@ -21,6 +21,7 @@ mod http_endpoints;
 mod lease_client;
 mod lease_etcdctl;
 mod lease_expiry;
+mod lock_election;
 mod maintenance;
 mod maintenance_quota;
 mod snapshot;
