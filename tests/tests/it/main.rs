@@ -13,6 +13,7 @@ mod cluster_followers_serve;
 mod cluster_isolation;
 mod cluster_membership;
 mod cluster_no_disruption;
+mod cluster_shutdown;
 mod cluster_writer;
 mod crash;
 mod etcdctl_kv;
