@@ -106,3 +106,19 @@ async fn a_terminated_follower_exits_promptly() -> anyhow::Result<()> {
     assert_eq!(keys.len(), 2, "{keys:?}");
     Ok(())
 }
+
+/// `etcdctl move-leader`, the same hand-over on request: the target leads when etcdctl returns.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn move_leader_makes_the_target_leader() -> anyhow::Result<()> {
+    let cluster = Cluster::start_with(ClusterConfig { timing: Some(Timing::DEFAULT), ..ClusterConfig::new(3) }).await?;
+    let leader = cluster.leader().await?;
+    let leader_id = cluster.member(leader).status().await?.member_id;
+    let target = (0..3).find(|&i| i != leader).expect("three members");
+    let target_id = cluster.member(target).status().await?.member_id;
+
+    let out = cluster.etcdctl(&["move-leader", &format!("{target_id:x}")]).await?.ok()?;
+    assert_eq!(out.trim(), format!("Leadership transferred from {leader_id:x} to {target_id:x}"));
+    assert!(cluster.member(target).status().await?.is_leader(), "the target does not lead");
+    cluster.member(leader).client().await?.put("shutdown/moved", "1", None).await?;
+    Ok(())
+}
