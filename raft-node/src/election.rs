@@ -21,7 +21,7 @@ use openraft::ServerState;
 use rand::Rng;
 use serde::{Deserialize, Serialize};
 use tokio::sync::watch;
-use tracing::{debug, info};
+use tracing::{debug, info, warn};
 
 use crate::forward::Forwarder;
 use crate::leader::{LeaderReply, LeaderRequest};
@@ -132,8 +132,11 @@ impl ElectionClock {
         if metrics.membership_config.membership().get_node(&request.candidate).is_none() {
             return PreVoteAnswer::Removed;
         }
-        let leader_alive = metrics.current_leader.is_some() && self.lock_countdown().idle < self.election_ticks;
-        let is_leader = metrics.state == ServerState::Leader;
+        // A leader cut off from its quorum steps aside, as etcd's check-quorum makes it a follower.
+        let lost = self.leader_lost.load(Ordering::Relaxed);
+        let leader_alive =
+            !lost && metrics.current_leader.is_some() && self.lock_countdown().idle < self.election_ticks;
+        let is_leader = metrics.state == ServerState::Leader && !lost;
         let log_ok = request.last_log_index >= metrics.last_log_index.unwrap_or(0);
         if !leader_alive && !is_leader && log_ok {
             PreVoteAnswer::Granted
@@ -149,6 +152,8 @@ impl ElectionClock {
         // After a pause, one tick: the clock is logical.
         ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         let mut last_seen = None;
+        // Ticks as leader without any quorum acknowledgement yet (openraft reports none until the first).
+        let mut unacked_ticks = 0;
         self.lock_countdown().heard_leader(self.randomized_timeout());
         loop {
             ticker.tick().await;
@@ -166,7 +171,15 @@ impl ElectionClock {
                 }
                 continue;
             }
-            if seen != last_seen || metrics.state == ServerState::Leader {
+            if metrics.state == ServerState::Leader {
+                last_seen = seen;
+                self.lock_countdown().heard_leader(self.randomized_timeout());
+                unacked_ticks = if metrics.millis_since_quorum_ack.is_some() { 0 } else { unacked_ticks + 1 };
+                self.check_quorum(&metrics, unacked_ticks);
+                continue;
+            }
+            unacked_ticks = 0;
+            if seen != last_seen {
                 last_seen = seen;
                 self.lock_countdown().heard_leader(self.randomized_timeout());
                 self.leader_lost.store(false, Ordering::Relaxed);
@@ -190,6 +203,30 @@ impl ElectionClock {
                 if self.raft.trigger().elect().await.is_err() {
                     return;
                 }
+            }
+        }
+    }
+
+    /// etcd's check-quorum: a leader that has not heard from a quorum for an election timeout knows no
+    /// leader (`etcd_server_has_leader` 0, Status without a leader, "no leader" for requests that require
+    /// one) and grants pre-votes, so the members it can reach may replace it. openraft keeps it leader
+    /// until it sees a higher term.
+    fn check_quorum(&self, metrics: &RaftMetrics, unacked_ticks: u64) {
+        let voters = metrics.membership_config.membership().voter_ids().count();
+        let election_ms = self.tick.as_millis() as u64 * self.election_ticks;
+        let lost = voters > 1
+            && match metrics.millis_since_quorum_ack {
+                Some(ms) => ms > election_ms,
+                None => unacked_ticks >= self.election_ticks,
+            };
+        if lost != self.leader_lost.swap(lost, Ordering::Relaxed) {
+            if lost {
+                warn!(
+                    term = metrics.current_term,
+                    "no quorum heard for an election timeout; this leader knows no leader"
+                );
+            } else {
+                info!(term = metrics.current_term, "a quorum answers this leader again");
             }
         }
     }

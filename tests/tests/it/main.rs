@@ -7,6 +7,7 @@ mod auth;
 mod client_error;
 mod client_kv;
 mod client_txn;
+mod cluster_check_quorum;
 mod cluster_failover;
 mod cluster_follower_catchup;
 mod cluster_followers_serve;
