@@ -9,6 +9,9 @@
 //! worth of ticks it asks the other voters for a pre-vote; only with a majority does it start a real openraft
 //! election.
 //!
+//! A leader counts too, as etcd's check-quorum: one that heard from no quorum for an election timeout
+//! knows no leader and grants pre-votes (see [`ElectionClock::check_quorum`]).
+//!
 //! The same question tells a member that no longer hears from anyone whether it was removed from the
 //! cluster: the others answer [`PreVoteAnswer::Removed`], and the member stops, as etcd's does.
 
@@ -93,6 +96,9 @@ pub struct ElectionClock {
     leader_lost: Arc<AtomicBool>,
     tick: Duration,
     removed: watch::Sender<bool>,
+    /// Set while this member, as leader, hands its leadership over (see `Leader::move_leader`): it is
+    /// silent on purpose then, which check-quorum must not take for a lost quorum.
+    handing_over: Arc<watch::Sender<bool>>,
 }
 
 impl ElectionClock {
@@ -107,7 +113,24 @@ impl ElectionClock {
             leader_lost: Arc::new(AtomicBool::new(false)),
             tick: heartbeat,
             removed,
+            handing_over: Arc::new(watch::channel(false).0),
         }
+    }
+
+    /// Marks the start of a hand-over; false when one is already under way.
+    pub fn begin_hand_over(&self) -> bool {
+        self.handing_over.send_if_modified(|h| !std::mem::replace(h, true))
+    }
+
+    pub fn end_hand_over(&self) {
+        self.handing_over.send_replace(false);
+    }
+
+    /// Resolves when no hand-over is under way.
+    pub async fn hand_over_done(&self) {
+        let mut handing_over = self.handing_over.subscribe();
+        // The sender lives as long as `self`.
+        let _ = handing_over.wait_for(|h| !*h).await;
     }
 
     /// Resolves once the other members said this one was removed from the cluster.
@@ -125,7 +148,7 @@ impl ElectionClock {
     }
 
     /// This member's answer to a pre-vote: granted when it has itself gone an election timeout without
-    /// hearing from a leader (or knows none), is not the leader, and the candidate's log is not behind its
+    /// hearing from a leader (or knows none), is not a leader that a quorum still answers, and the candidate's log is not behind its
     /// own.
     pub fn answer(&self, request: &PreVote) -> PreVoteAnswer {
         let metrics = self.raft.metrics().borrow().clone();
@@ -154,6 +177,7 @@ impl ElectionClock {
         let mut last_seen = None;
         // Ticks as leader without any quorum acknowledgement yet (openraft reports none until the first).
         let mut unacked_ticks = 0;
+        let mut leading = false;
         self.lock_countdown().heard_leader(self.randomized_timeout());
         loop {
             ticker.tick().await;
@@ -172,13 +196,18 @@ impl ElectionClock {
                 continue;
             }
             if metrics.state == ServerState::Leader {
+                if !leading {
+                    // Just elected: what this member knew as a follower no longer holds.
+                    leading = true;
+                    self.leader_lost.store(false, Ordering::Relaxed);
+                }
                 last_seen = seen;
                 self.lock_countdown().heard_leader(self.randomized_timeout());
                 unacked_ticks = if metrics.millis_since_quorum_ack.is_some() { 0 } else { unacked_ticks + 1 };
                 self.check_quorum(&metrics, unacked_ticks);
                 continue;
             }
-            unacked_ticks = 0;
+            (leading, unacked_ticks) = (false, 0);
             if seen != last_seen {
                 last_seen = seen;
                 self.lock_countdown().heard_leader(self.randomized_timeout());
@@ -215,6 +244,7 @@ impl ElectionClock {
         let voters = metrics.membership_config.membership().voter_ids().count();
         let election_ms = self.tick.as_millis() as u64 * self.election_ticks;
         let lost = voters > 1
+            && !*self.handing_over.borrow()
             && match metrics.millis_since_quorum_ack {
                 Some(ms) => ms > election_ms,
                 None => unacked_ticks >= self.election_ticks,

@@ -16,7 +16,6 @@ use openraft::error::{ClientWriteError, RaftError};
 use openraft::{ChangeMembers, Membership};
 use proto::etcdserverpb as pb;
 use serde::{Deserialize, Serialize};
-use tokio::sync::watch;
 use tracing::info;
 
 use crate::config::socket_addr;
@@ -149,8 +148,6 @@ pub struct Leader {
     pub writes: GroupCommit,
     /// Leadership confirmations (read index, lease keep-alives), many to a quorum round.
     pub confirmations: ReadRounds,
-    /// Set while this member hands its leadership over (see [`Leader::move_leader`]).
-    pub handing_over: Arc<watch::Sender<bool>>,
 }
 
 /// etcd's `maxLearners`: how many learners a cluster may have at once.
@@ -163,7 +160,7 @@ impl Leader {
     /// Confirms with a quorum that this member still leads, then waits until it has applied every entry
     /// committed so far. Concurrent callers share quorum rounds (see [`ReadRounds`]).
     pub async fn confirm_leadership(&self) -> Result<(), Error> {
-        self.wait_hand_over().await?;
+        self.wait_hand_over().await;
         let index = self.confirmations.read_index().await?;
         wait_applied(&self.raft, index, self.request_timeout).await
     }
@@ -200,7 +197,7 @@ impl Leader {
             }
             _ => {}
         }
-        self.wait_hand_over().await?;
+        self.wait_hand_over().await;
         if self.raft.metrics().borrow().current_leader != Some(self.member_id) {
             return Err(Error::NotLeader);
         }
@@ -382,9 +379,8 @@ impl Leader {
 
     /// Waits while a hand-over is under way: requests that reach the leader meanwhile would renew the
     /// followers' leader lease (and delay the transfer), so they wait and then find the new leader.
-    async fn wait_hand_over(&self) -> Result<(), Error> {
-        let mut handing_over = self.handing_over.subscribe();
-        handing_over.wait_for(|h| !*h).await.map(|_| ()).map_err(|_| Error::Stopped)
+    async fn wait_hand_over(&self) {
+        self.clock.hand_over_done().await
     }
 
     /// Leadership transfer. openraft 0.9 has no transfer (etcd's MsgTimeoutNow): a follower refuses to vote
@@ -402,10 +398,9 @@ impl Leader {
         }
         let node = membership.get_node(&target).cloned().ok_or(Error::BadLeaderTransferee)?;
         let term = self.raft.metrics().borrow().current_term;
-        let started = self.handing_over.send_if_modified(|h| !std::mem::replace(h, true));
-        if !started {
+        if !self.clock.begin_hand_over() {
             // Another hand-over is under way: its outcome is this one's.
-            self.wait_hand_over().await?;
+            self.wait_hand_over().await;
             return match self.raft.metrics().borrow().current_leader {
                 Some(leader) if leader != self.member_id => Ok(leader),
                 _ => Err(Error::Timeout),
@@ -443,7 +438,7 @@ impl Leader {
         }
         .await;
         self.raft.runtime_config().heartbeat(true);
-        self.handing_over.send_replace(false);
+        self.clock.end_hand_over();
         outcome
     }
 }

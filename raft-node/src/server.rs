@@ -134,7 +134,6 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> anyhow::
         deadlines: Arc::new(LeaseDeadlines::new(election)),
         writes: GroupCommit::start(raft.clone()),
         confirmations: Leader::confirmation_rounds(&raft),
-        handing_over: Default::default(),
     };
     let consensus = Arc::new(RaftConsensus::new(leader.clone()).with_snapshot_dir(member_dir.clone()));
     let api = ApiConfig {
