@@ -94,6 +94,9 @@ pub struct ElectionClock {
     /// Set once an election timeout passed without a sign of the leader (etcd's pre-candidate, which
     /// knows no leader), cleared by the next sign of one.
     leader_lost: Arc<AtomicBool>,
+    /// Set while this member leads without having heard from a quorum for an election timeout (etcd's
+    /// check-quorum would have made it a follower).
+    quorum_lost: Arc<AtomicBool>,
     tick: Duration,
     removed: watch::Sender<bool>,
     /// Set while this member, as leader, hands its leadership over (see `Leader::move_leader`): it is
@@ -111,6 +114,7 @@ impl ElectionClock {
             countdown: Arc::new(Mutex::new(Countdown::new(election_ticks))),
             election_ticks,
             leader_lost: Arc::new(AtomicBool::new(false)),
+            quorum_lost: Arc::new(AtomicBool::new(false)),
             tick: heartbeat,
             removed,
             handing_over: Arc::new(watch::channel(false).0),
@@ -142,26 +146,35 @@ impl ElectionClock {
     }
 
     /// Whether this member knows a live leader. As in etcd, a member that went an election timeout without
-    /// hearing from its leader knows none, whatever openraft still remembers.
+    /// hearing from its leader knows none, whatever openraft still remembers; nor does a leader that went
+    /// as long without hearing from a quorum.
     pub fn has_leader(&self) -> bool {
-        self.raft.metrics().borrow().current_leader.is_some() && !self.leader_lost.load(Ordering::Relaxed)
+        let (state, leader) = {
+            let metrics = self.raft.metrics();
+            let metrics = metrics.borrow();
+            (metrics.state, metrics.current_leader)
+        };
+        if state == ServerState::Leader {
+            return !self.quorum_lost.load(Ordering::Relaxed);
+        }
+        leader.is_some() && !self.leader_lost.load(Ordering::Relaxed)
     }
 
     /// This member's answer to a pre-vote: granted when it has itself gone an election timeout without
-    /// hearing from a leader (or knows none), is not a leader that a quorum still answers, and the candidate's log is not behind its
-    /// own.
+    /// hearing from a leader (or knows none), is not a leader that a quorum still answers, and the
+    /// candidate's log is not behind its own.
     pub fn answer(&self, request: &PreVote) -> PreVoteAnswer {
         let metrics = self.raft.metrics().borrow().clone();
         if metrics.membership_config.membership().get_node(&request.candidate).is_none() {
             return PreVoteAnswer::Removed;
         }
         // A leader cut off from its quorum steps aside, as etcd's check-quorum makes it a follower.
-        let lost = self.leader_lost.load(Ordering::Relaxed);
+        let is_leader = metrics.state == ServerState::Leader;
+        let leading = is_leader && !self.quorum_lost.load(Ordering::Relaxed);
         let leader_alive =
-            !lost && metrics.current_leader.is_some() && self.lock_countdown().idle < self.election_ticks;
-        let is_leader = metrics.state == ServerState::Leader && !lost;
+            !is_leader && metrics.current_leader.is_some() && self.lock_countdown().idle < self.election_ticks;
         let log_ok = request.last_log_index >= metrics.last_log_index.unwrap_or(0);
-        if !leader_alive && !is_leader && log_ok {
+        if !leader_alive && !leading && log_ok {
             PreVoteAnswer::Granted
         } else {
             PreVoteAnswer::Refused
@@ -177,7 +190,6 @@ impl ElectionClock {
         let mut last_seen = None;
         // Ticks as leader without any quorum acknowledgement yet (openraft reports none until the first).
         let mut unacked_ticks = 0;
-        let mut leading = false;
         self.lock_countdown().heard_leader(self.randomized_timeout());
         loop {
             ticker.tick().await;
@@ -196,18 +208,15 @@ impl ElectionClock {
                 continue;
             }
             if metrics.state == ServerState::Leader {
-                if !leading {
-                    // Just elected: what this member knew as a follower no longer holds.
-                    leading = true;
-                    self.leader_lost.store(false, Ordering::Relaxed);
-                }
                 last_seen = seen;
                 self.lock_countdown().heard_leader(self.randomized_timeout());
+                self.leader_lost.store(false, Ordering::Relaxed);
                 unacked_ticks = if metrics.millis_since_quorum_ack.is_some() { 0 } else { unacked_ticks + 1 };
                 self.check_quorum(&metrics, unacked_ticks);
                 continue;
             }
-            (leading, unacked_ticks) = (false, 0);
+            unacked_ticks = 0;
+            self.quorum_lost.store(false, Ordering::Relaxed);
             if seen != last_seen {
                 last_seen = seen;
                 self.lock_countdown().heard_leader(self.randomized_timeout());
@@ -249,7 +258,7 @@ impl ElectionClock {
                 Some(ms) => ms > election_ms,
                 None => unacked_ticks >= self.election_ticks,
             };
-        if lost != self.leader_lost.swap(lost, Ordering::Relaxed) {
+        if lost != self.quorum_lost.swap(lost, Ordering::Relaxed) {
             if lost {
                 warn!(
                     term = metrics.current_term,
