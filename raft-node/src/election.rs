@@ -9,6 +9,9 @@
 //! worth of ticks it asks the other voters for a pre-vote; only with a majority does it start a real openraft
 //! election.
 //!
+//! A leader counts too, as etcd's check-quorum: one that heard from no quorum for an election timeout
+//! knows no leader and grants pre-votes (see [`ElectionClock::check_quorum`]).
+//!
 //! The same question tells a member that no longer hears from anyone whether it was removed from the
 //! cluster: the others answer [`PreVoteAnswer::Removed`], and the member stops, as etcd's does.
 
@@ -21,7 +24,7 @@ use openraft::ServerState;
 use rand::Rng;
 use serde::{Deserialize, Serialize};
 use tokio::sync::watch;
-use tracing::{debug, info};
+use tracing::{debug, info, warn};
 
 use crate::forward::Forwarder;
 use crate::leader::{LeaderReply, LeaderRequest};
@@ -91,8 +94,14 @@ pub struct ElectionClock {
     /// Set once an election timeout passed without a sign of the leader (etcd's pre-candidate, which
     /// knows no leader), cleared by the next sign of one.
     leader_lost: Arc<AtomicBool>,
+    /// Set while this member leads without having heard from a quorum for an election timeout (etcd's
+    /// check-quorum would have made it a follower).
+    quorum_lost: Arc<AtomicBool>,
     tick: Duration,
     removed: watch::Sender<bool>,
+    /// Set while this member, as leader, hands its leadership over (see `Leader::move_leader`): it is
+    /// silent on purpose then, which check-quorum must not take for a lost quorum.
+    handing_over: Arc<watch::Sender<bool>>,
 }
 
 impl ElectionClock {
@@ -105,9 +114,27 @@ impl ElectionClock {
             countdown: Arc::new(Mutex::new(Countdown::new(election_ticks))),
             election_ticks,
             leader_lost: Arc::new(AtomicBool::new(false)),
+            quorum_lost: Arc::new(AtomicBool::new(false)),
             tick: heartbeat,
             removed,
+            handing_over: Arc::new(watch::channel(false).0),
         }
+    }
+
+    /// Marks the start of a hand-over; false when one is already under way.
+    pub fn begin_hand_over(&self) -> bool {
+        self.handing_over.send_if_modified(|h| !std::mem::replace(h, true))
+    }
+
+    pub fn end_hand_over(&self) {
+        self.handing_over.send_replace(false);
+    }
+
+    /// Resolves when no hand-over is under way.
+    pub async fn hand_over_done(&self) {
+        let mut handing_over = self.handing_over.subscribe();
+        // The sender lives as long as `self`.
+        let _ = handing_over.wait_for(|h| !*h).await;
     }
 
     /// Resolves once the other members said this one was removed from the cluster.
@@ -119,23 +146,35 @@ impl ElectionClock {
     }
 
     /// Whether this member knows a live leader. As in etcd, a member that went an election timeout without
-    /// hearing from its leader knows none, whatever openraft still remembers.
+    /// hearing from its leader knows none, whatever openraft still remembers; nor does a leader that went
+    /// as long without hearing from a quorum.
     pub fn has_leader(&self) -> bool {
-        self.raft.metrics().borrow().current_leader.is_some() && !self.leader_lost.load(Ordering::Relaxed)
+        let (state, leader) = {
+            let metrics = self.raft.metrics();
+            let metrics = metrics.borrow();
+            (metrics.state, metrics.current_leader)
+        };
+        if state == ServerState::Leader {
+            return !self.quorum_lost.load(Ordering::Relaxed);
+        }
+        leader.is_some() && !self.leader_lost.load(Ordering::Relaxed)
     }
 
     /// This member's answer to a pre-vote: granted when it has itself gone an election timeout without
-    /// hearing from a leader (or knows none), is not the leader, and the candidate's log is not behind its
-    /// own.
+    /// hearing from a leader (or knows none), is not a leader that a quorum still answers, and the
+    /// candidate's log is not behind its own.
     pub fn answer(&self, request: &PreVote) -> PreVoteAnswer {
         let metrics = self.raft.metrics().borrow().clone();
         if metrics.membership_config.membership().get_node(&request.candidate).is_none() {
             return PreVoteAnswer::Removed;
         }
-        let leader_alive = metrics.current_leader.is_some() && self.lock_countdown().idle < self.election_ticks;
+        // A leader cut off from its quorum steps aside, as etcd's check-quorum makes it a follower.
         let is_leader = metrics.state == ServerState::Leader;
+        let leading = is_leader && !self.quorum_lost.load(Ordering::Relaxed);
+        let leader_alive =
+            !is_leader && metrics.current_leader.is_some() && self.lock_countdown().idle < self.election_ticks;
         let log_ok = request.last_log_index >= metrics.last_log_index.unwrap_or(0);
-        if !leader_alive && !is_leader && log_ok {
+        if !leader_alive && !leading && log_ok {
             PreVoteAnswer::Granted
         } else {
             PreVoteAnswer::Refused
@@ -149,6 +188,8 @@ impl ElectionClock {
         // After a pause, one tick: the clock is logical.
         ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         let mut last_seen = None;
+        // Ticks as leader without any quorum acknowledgement yet (openraft reports none until the first).
+        let mut unacked_ticks = 0;
         self.lock_countdown().heard_leader(self.randomized_timeout());
         loop {
             ticker.tick().await;
@@ -166,7 +207,17 @@ impl ElectionClock {
                 }
                 continue;
             }
-            if seen != last_seen || metrics.state == ServerState::Leader {
+            if metrics.state == ServerState::Leader {
+                last_seen = seen;
+                self.lock_countdown().heard_leader(self.randomized_timeout());
+                self.leader_lost.store(false, Ordering::Relaxed);
+                unacked_ticks = if metrics.millis_since_quorum_ack.is_some() { 0 } else { unacked_ticks + 1 };
+                self.check_quorum(&metrics, unacked_ticks);
+                continue;
+            }
+            unacked_ticks = 0;
+            self.quorum_lost.store(false, Ordering::Relaxed);
+            if seen != last_seen {
                 last_seen = seen;
                 self.lock_countdown().heard_leader(self.randomized_timeout());
                 self.leader_lost.store(false, Ordering::Relaxed);
@@ -190,6 +241,31 @@ impl ElectionClock {
                 if self.raft.trigger().elect().await.is_err() {
                     return;
                 }
+            }
+        }
+    }
+
+    /// etcd's check-quorum: a leader that has not heard from a quorum for an election timeout knows no
+    /// leader (`etcd_server_has_leader` 0, Status without a leader, "no leader" for requests that require
+    /// one) and grants pre-votes, so the members it can reach may replace it. openraft keeps it leader
+    /// until it sees a higher term.
+    fn check_quorum(&self, metrics: &RaftMetrics, unacked_ticks: u64) {
+        let voters = metrics.membership_config.membership().voter_ids().count();
+        let election_ms = self.tick.as_millis() as u64 * self.election_ticks;
+        let lost = voters > 1
+            && !*self.handing_over.borrow()
+            && match metrics.millis_since_quorum_ack {
+                Some(ms) => ms > election_ms,
+                None => unacked_ticks >= self.election_ticks,
+            };
+        if lost != self.quorum_lost.swap(lost, Ordering::Relaxed) {
+            if lost {
+                warn!(
+                    term = metrics.current_term,
+                    "no quorum heard for an election timeout; this leader knows no leader"
+                );
+            } else {
+                info!(term = metrics.current_term, "a quorum answers this leader again");
             }
         }
     }

@@ -16,6 +16,7 @@ use openraft::error::{ClientWriteError, RaftError};
 use openraft::{ChangeMembers, Membership};
 use proto::etcdserverpb as pb;
 use serde::{Deserialize, Serialize};
+use tracing::info;
 
 use crate::config::socket_addr;
 use crate::election::{ElectionClock, PreVote, PreVoteAnswer};
@@ -159,6 +160,7 @@ impl Leader {
     /// Confirms with a quorum that this member still leads, then waits until it has applied every entry
     /// committed so far. Concurrent callers share quorum rounds (see [`ReadRounds`]).
     pub async fn confirm_leadership(&self) -> Result<(), Error> {
+        self.wait_hand_over().await;
         let index = self.confirmations.read_index().await?;
         wait_applied(&self.raft, index, self.request_timeout).await
     }
@@ -195,6 +197,7 @@ impl Leader {
             }
             _ => {}
         }
+        self.wait_hand_over().await;
         if self.raft.metrics().borrow().current_leader != Some(self.member_id) {
             return Err(Error::NotLeader);
         }
@@ -254,7 +257,11 @@ impl Leader {
                 node.client_urls = client_urls;
                 self.change(ChangeMembers::SetNodes(BTreeMap::from([(id, node)])), None).await
             }
-            LeaderRequest::MoveLeader { target } => self.move_leader(target).await,
+            LeaderRequest::MoveLeader { target } => match self.move_leader(target).await? {
+                // As etcd, the transfer counts only when the target leads.
+                leader if leader == target => Ok(LeaderReply::Done),
+                _ => Err(Error::Timeout),
+            },
             LeaderRequest::LeaseKeepAlive { id } => {
                 // Only a leader that a quorum still follows may renew. A deposed leader that has not
                 // noticed yet (it was paused or cut off) would promise a TTL the real leader never
@@ -343,35 +350,102 @@ impl Leader {
         Ok(LeaderReply::Members { index: written.log_id.index, added, members })
     }
 
-    /// Leadership transfer: stop heartbeats so the followers' leader lease runs out, then ask the caught-up
-    /// target to campaign; it wins before the other followers' election timers fire.
-    async fn move_leader(&self, target: NodeId) -> Result<LeaderReply, Error> {
+    /// On a stopping leader, as etcd does on shutdown: hands leadership to the voter whose log is furthest
+    /// along, so the cluster does not wait out an election timeout for a new leader. Does nothing on a
+    /// follower or the only voter; answers the new leader, or why the hand-over failed.
+    pub async fn hand_over_leadership(&self) -> Result<Option<NodeId>, Error> {
+        let metrics = self.raft.metrics().borrow().clone();
+        if metrics.current_leader != Some(self.member_id) {
+            return Ok(None);
+        }
+        let matched = |id: &NodeId| {
+            metrics.replication.as_ref().and_then(|r| r.get(id).copied().flatten()).map_or(0, |log_id| log_id.index)
+        };
+        let membership = self.membership();
+        let Some(target) = membership.voter_ids().filter(|id| *id != self.member_id).max_by_key(matched) else {
+            return Ok(None);
+        };
+        let started = Instant::now();
+        let moved = tokio::time::timeout(self.request_timeout, self.move_leader(target)).await;
+        let leader = moved.map_err(|_| Error::Timeout)??;
+        info!(
+            target = format!("{target:x}"),
+            leader = format!("{leader:x}"),
+            took_ms = started.elapsed().as_millis() as u64,
+            "handed leadership over"
+        );
+        Ok(Some(leader))
+    }
+
+    /// Waits while a hand-over is under way: requests that reach the leader meanwhile would renew the
+    /// followers' leader lease (and delay the transfer), so they wait and then find the new leader.
+    async fn wait_hand_over(&self) {
+        self.clock.hand_over_done().await
+    }
+
+    /// Leadership transfer. openraft 0.9 has no transfer (etcd's MsgTimeoutNow): a follower refuses to vote
+    /// while its leader lease (the election timeout) runs since it last heard from the leader. So the leader
+    /// holds back new requests and heartbeats, lets the target catch up, waits out the lease and asks the
+    /// target to campaign; the target wins before the other followers' election clocks fire. Answers the
+    /// new leader, which is `target` unless another member's campaign won the race.
+    async fn move_leader(&self, target: NodeId) -> Result<NodeId, Error> {
         if target == self.member_id {
-            return Ok(LeaderReply::Done);
+            return Ok(target);
         }
         let membership = self.membership();
-        if !membership.voter_ids().any(|v| v == target) || !self.caught_up(target, 1.0) {
+        if !membership.voter_ids().any(|v| v == target) {
             return Err(Error::BadLeaderTransferee);
         }
         let node = membership.get_node(&target).cloned().ok_or(Error::BadLeaderTransferee)?;
+        let term = self.raft.metrics().borrow().current_term;
+        if !self.clock.begin_hand_over() {
+            // Another hand-over is under way: its outcome is this one's.
+            self.wait_hand_over().await;
+            return match self.raft.metrics().borrow().current_leader {
+                Some(leader) if leader != self.member_id => Ok(leader),
+                _ => Err(Error::Timeout),
+            };
+        }
         self.raft.runtime_config().heartbeat(false);
         let outcome = async {
-            // openraft's leader lease is the maximum election timeout (--election-timeout here).
-            tokio::time::sleep(self.election_timeout + Duration::from_millis(50)).await;
-            self.forwarder.send(&node, &LeaderRequest::Campaign, self.election_timeout * 2).await?;
+            // Writes submitted before the gate closed still replicate; the target needs all of them (etcd's
+            // raft also waits up to an election timeout for the transferee to catch up).
             let mut metrics = self.raft.metrics();
-            let moved = metrics.wait_for(|m| m.current_leader == Some(target) || m.current_leader.is_none());
-            tokio::time::timeout(self.election_timeout * 4, moved)
+            let caught_up = metrics.wait_for(|m| {
+                let matched = m.replication.as_ref().and_then(|r| r.get(&target).copied().flatten());
+                matched.map(|log_id| log_id.index) >= m.last_log_index
+            });
+            tokio::time::timeout(self.election_timeout, caught_up)
+                .await
+                .map_err(|_| Error::BadLeaderTransferee)?
+                .map_err(|_| Error::Stopped)?;
+            // openraft's leader lease is the maximum election timeout (--election-timeout here), counted
+            // from the last append the followers got.
+            tokio::time::sleep(self.election_timeout + LEASE_MARGIN).await;
+            self.forwarder.send(&node, &LeaderRequest::Campaign, self.election_timeout * 2).await?;
+            // Granting the target's vote leaves this member without a leader until the target's first
+            // append arrives: wait for a leader in a newer term, not for the old one to be gone.
+            let moved = metrics.wait_for(|m| m.current_term > term && m.current_leader.is_some());
+            let leader = tokio::time::timeout(self.election_timeout * 4, moved)
                 .await
                 .map_err(|_| Error::Timeout)?
-                .map_err(|_| Error::Stopped)?;
-            Ok::<_, Error>(())
+                .map_err(|_| Error::Stopped)?
+                .current_leader;
+            match leader {
+                Some(leader) if leader != self.member_id => Ok(leader),
+                _ => Err(Error::Timeout),
+            }
         }
         .await;
         self.raft.runtime_config().heartbeat(true);
-        outcome.map(|()| LeaderReply::Done)
+        self.clock.end_hand_over();
+        outcome
     }
 }
+
+/// How much longer than openraft's leader lease a transferring leader stays silent before the target
+/// campaigns, for the appends still in flight when it fell silent.
+const LEASE_MARGIN: Duration = Duration::from_millis(50);
 
 /// A write or membership change that failed after it reached Raft.
 fn submitted_error(err: RaftError<NodeId, ClientWriteError<NodeId, MemberNode>>) -> Error {

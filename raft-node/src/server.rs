@@ -222,6 +222,7 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> anyhow::
     let (stop_tx, stop_rx) = watch::channel(false);
     let mut servers = tokio::task::JoinSet::new();
     // Peers first: Raft needs them to elect a leader and to publish this member.
+    let hand_over = leader.clone();
     let peer = raftpb::raft_peer_server::RaftPeerServer::new(PeerService::new(leader))
         .max_decoding_message_size(usize::MAX)
         .max_encoding_message_size(usize::MAX);
@@ -313,6 +314,12 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> anyhow::
             Some(result) = servers.join_next() => {
                 result.context("server task")?.context("server")?;
             }
+        }
+    }
+    // As etcd, a stopping leader first hands its leadership over, while it still serves.
+    if outcome.is_ok() && published {
+        if let Err(err) = hand_over.hand_over_leadership().await {
+            warn!(%err, "could not hand leadership over before stopping");
         }
     }
     // Watch streams never end on their own: end them so that the servers can drain.

@@ -184,6 +184,32 @@ impl ClusterMember {
         Ok(())
     }
 
+    /// Stops the process with SIGTERM, as an operator or systemd does, and waits up to `grace` for it to
+    /// exit (then kills it with SIGKILL). Returns when it exited, whether it stopped cleanly: with status 0
+    /// (ours) or ended by the SIGTERM itself (etcd re-raises the signal once it has shut down).
+    pub async fn terminate(&mut self, grace: Duration) -> anyhow::Result<(Instant, bool)> {
+        use std::os::unix::process::ExitStatusExt;
+        /// SIGTERM's number on Linux.
+        const SIGTERM: i32 = 15;
+        let pid = self.pid().context("terminate: the member is not running")?;
+        send_signal(pid, "TERM")?;
+        let deadline = Instant::now() + grace;
+        loop {
+            // Its own statement: the guard must be gone before `child()` locks again below.
+            let exited = self.child().as_mut().map(Child::try_wait).transpose()?.flatten();
+            if let Some(status) = exited {
+                let at = Instant::now();
+                self.child().take();
+                return Ok((at, status.success() || status.signal() == Some(SIGTERM)));
+            }
+            if Instant::now() > deadline {
+                self.kill9()?;
+                bail!("{} did not exit within {grace:?} of SIGTERM", self.name);
+            }
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+    }
+
     /// Adds flags for the next (re)start.
     pub fn add_args(&mut self, args: &[&str]) {
         self.args.extend(args.iter().map(|arg| arg.to_string()));

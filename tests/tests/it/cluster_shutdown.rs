@@ -1,0 +1,124 @@
+//! SIGTERM, as an operator or systemd stops a member. Like etcd, a stopping leader hands its leadership
+//! to a caught-up follower before it exits, so the survivors already follow a new leader when the process
+//! is gone; a leader that merely vanished would leave them leaderless for an election timeout or more.
+//! Writes acknowledged through the survivors before, during and after the stop are all kept, and the
+//! stopped member rejoins when started again. A follower stops promptly.
+
+use std::time::{Duration, Instant};
+
+use tests::{Cluster, ClusterConfig, Timing};
+
+use crate::cluster_writer::{assert_acks_present, read_prefix, Load};
+
+const PREFIX: &str = "shutdown/";
+const LOAD_TIMEOUT: Duration = Duration::from_secs(30);
+/// How long a stopping leader may take: ours waits out a leader lease (one election timeout) to hand over.
+const STOP_GRACE: Duration = Duration::from_secs(20);
+/// How soon after the old leader's exit both survivors must name the same new leader. etcd 3.4.23 hands
+/// over before it exits (measured: they agree within 0–30 ms of the exit); survivors that must notice the
+/// loss themselves wait out an election timeout first (1 s here, randomized up to 2 s), plus an election.
+const AGREEMENT_BOUND: Duration = Duration::from_millis(500);
+/// How long a follower may take to stop: it has nothing to hand over (etcd: a few ms).
+const FOLLOWER_STOP_BOUND: Duration = Duration::from_secs(3);
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_terminated_leader_hands_over_before_it_exits() -> anyhow::Result<()> {
+    let mut cluster =
+        Cluster::start_with(ClusterConfig { timing: Some(Timing::DEFAULT), ..ClusterConfig::new(3) }).await?;
+    let old_leader = cluster.leader().await?;
+    let old_id = cluster.member(old_leader).status().await?.member_id;
+    let survivors: Vec<usize> = (0..3).filter(|&i| i != old_leader).collect();
+    let mut survivor_ids = Vec::new();
+    for &i in &survivors {
+        survivor_ids.push(cluster.member(i).status().await?.member_id);
+    }
+    let load = Load::start(survivors.iter().map(|&i| cluster.member(i).endpoint()).collect(), PREFIX, 2);
+    load.wait_for("acks before the stop", LOAD_TIMEOUT, |acked| acked.iter().sum::<usize>() >= 50).await?;
+
+    let (exited_at, clean) = cluster.member_mut(old_leader).terminate(STOP_GRACE).await?;
+    assert!(clean, "the leader did not stop cleanly on SIGTERM");
+    // Both survivors name the same survivor, which calls itself leader.
+    let agreed = loop {
+        let statuses = cluster.statuses(&survivors).await?;
+        let leader = statuses[0].leader;
+        let agree = survivor_ids.contains(&leader) && statuses.iter().all(|s| s.leader == leader);
+        if agree {
+            break exited_at.elapsed();
+        }
+        assert!(
+            exited_at.elapsed() < AGREEMENT_BOUND,
+            "no agreed new leader {AGREEMENT_BOUND:?} after the old one ({old_id:x}) exited: {statuses:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    };
+    eprintln!("survivors agreed on a new leader {agreed:?} after the old one exited");
+
+    let after_stop = load.acked();
+    load.wait_progress(&after_stop, 10, LOAD_TIMEOUT).await?;
+    let reports = load.stop().await?;
+    for report in &reports {
+        report.assert_revisions_increase();
+    }
+    let failures: Vec<_> = reports.iter().flat_map(|r| &r.failures).map(|(_, _, err)| err).collect();
+    eprintln!("writes that failed around the stop: {failures:?}");
+    cluster.wait_converged(&survivors).await?;
+    for &i in &survivors {
+        let mut client = cluster.member(i).client().await?;
+        let map = read_prefix(&mut client, PREFIX, false).await?;
+        assert_acks_present(&reports, &map, cluster.member(i).name());
+    }
+
+    // The stopped member starts again on its data dir, catches up and has every acknowledged write.
+    cluster.member_mut(old_leader).restart().await?;
+    cluster.wait_converged(&[0, 1, 2]).await?;
+    let rejoined = cluster.member(old_leader);
+    assert!(survivor_ids.contains(&rejoined.status().await?.leader), "{} follows no survivor", rejoined.name());
+    let map = read_prefix(&mut rejoined.client().await?, PREFIX, true).await?;
+    assert_acks_present(&reports, &map, rejoined.name());
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_terminated_follower_exits_promptly() -> anyhow::Result<()> {
+    let mut cluster =
+        Cluster::start_with(ClusterConfig { timing: Some(Timing::DEFAULT), ..ClusterConfig::new(3) }).await?;
+    let leader = cluster.leader().await?;
+    let leader_id = cluster.member(leader).status().await?.member_id;
+    let follower = (0..3).find(|&i| i != leader).expect("three members");
+    cluster.member(leader).client().await?.put("shutdown/before", "1", None).await?;
+
+    let sent = Instant::now();
+    let (exited_at, clean) = cluster.member_mut(follower).terminate(STOP_GRACE).await?;
+    let took = exited_at - sent;
+    assert!(clean, "the follower did not stop cleanly on SIGTERM");
+    assert!(took < FOLLOWER_STOP_BOUND, "the follower took {took:?} to stop");
+    eprintln!("the follower stopped {took:?} after SIGTERM");
+
+    // Nothing moved: the leader still leads, and the two left still make a quorum.
+    let others: Vec<usize> = (0..3).filter(|&i| i != follower).collect();
+    for status in cluster.statuses(&others).await? {
+        assert_eq!(status.leader, leader_id, "{status:?}");
+    }
+    cluster.member(leader).client().await?.put("shutdown/after", "2", None).await?;
+    cluster.member_mut(follower).restart().await?;
+    cluster.wait_converged(&[0, 1, 2]).await?;
+    let keys = cluster.member(follower).serializable_range("shutdown/").await?;
+    assert_eq!(keys.len(), 2, "{keys:?}");
+    Ok(())
+}
+
+/// `etcdctl move-leader`, the same hand-over on request: the target leads when etcdctl returns.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn move_leader_makes_the_target_leader() -> anyhow::Result<()> {
+    let cluster = Cluster::start_with(ClusterConfig { timing: Some(Timing::DEFAULT), ..ClusterConfig::new(3) }).await?;
+    let leader = cluster.leader().await?;
+    let leader_id = cluster.member(leader).status().await?.member_id;
+    let target = (0..3).find(|&i| i != leader).expect("three members");
+    let target_id = cluster.member(target).status().await?.member_id;
+
+    let out = cluster.etcdctl(&["move-leader", &format!("{target_id:x}")]).await?.ok()?;
+    assert_eq!(out.trim(), format!("Leadership transferred from {leader_id:x} to {target_id:x}"));
+    assert!(cluster.member(target).status().await?.is_leader(), "the target does not lead");
+    cluster.member(leader).client().await?.put("shutdown/moved", "1", None).await?;
+    Ok(())
+}
