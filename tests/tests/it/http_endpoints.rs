@@ -95,9 +95,9 @@ async fn health_is_false_once_the_leader_lost_its_quorum() -> anyhow::Result<()>
     assert_eq!(unhealthy.header("x-content-type-options"), Some("nosniff"));
     assert_eq!(http::get(&url, "/health").await?.status, 503, "it stays unhealthy");
 
-    // The failed checks are counted. (etcd's leader also steps down here, by check quorum, and then
-    // reports has_leader 0; ours keeps leading without a quorum, so that is not asserted.)
-    let metrics = scrape(&url).await?;
+    // The failed checks are counted, and the leader, cut off from its quorum, reports no leader (check
+    // quorum) within a few election timeouts.
+    let metrics = scrape_until(&url, "has_leader 0", |m| m.value("etcd_server_has_leader", &[]) == 0.0).await?;
     assert!(metrics.value("etcd_server_health_failures", &[]) >= 2.0);
     assert!(metrics.value("etcd_server_health_success", &[]) >= 1.0);
     Ok(())
