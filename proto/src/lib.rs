@@ -208,6 +208,7 @@ mod tests {
                 ("Vote", false, false),
                 ("InstallSnapshot", true, false),
                 ("Forward", false, false),
+                ("HashKv", false, false),
             ],
         ),
     ];

@@ -1,11 +1,11 @@
-//! A plain HTTP/1.1 client for a member's client port (as `curl` uses it), and a parser of the
+//! HTTP on a member's client port through Debian's `curl`, as the etcd docs use it, and a parser of the
 //! Prometheus text exposition its `/metrics` answers with.
 
 use std::collections::{BTreeMap, HashMap};
 use std::time::Duration;
 
-use anyhow::{bail, Context};
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use anyhow::Context;
+use tokio::io::AsyncBufReadExt;
 
 /// How long one request may take (a `/health` without quorum takes etcd's one-second read timeout).
 const REQUEST_TIMEOUT: Duration = Duration::from_secs(10);
@@ -30,12 +30,28 @@ pub async fn get(client_url: &str, path: &str) -> anyhow::Result<HttpResponse> {
     request(client_url, "GET", path, None).await
 }
 
-/// `method path` with an optional JSON body, on a new connection that the request closes.
+/// `method path` with an optional JSON body.
 pub async fn request(client_url: &str, method: &str, path: &str, body: Option<&str>) -> anyhow::Result<HttpResponse> {
     request_with(client_url, method, path, body, &[]).await
 }
 
-/// [`request`] with extra headers (`Authorization: <token>` for the gateway with auth enabled).
+/// The arguments of a `curl` call as the etcd docs write them: `-X METHOD`, the JSON body with `-d`, and
+/// extra headers; `-i` prints the status line and headers before the body.
+fn curl_args(client_url: &str, method: &str, path: &str, body: Option<&str>, headers: &[(&str, &str)]) -> Vec<String> {
+    let mut args: Vec<String> = ["-sS", "-i", "-X", method].iter().map(|a| a.to_string()).collect();
+    if let Some(body) = body {
+        // No `Expect: 100-continue` round for larger bodies, and the gateway's content type.
+        args.extend(["-H", "Expect:", "-H", "Content-Type: application/json", "--data-binary", body].map(String::from));
+    }
+    for (name, value) in headers {
+        args.extend(["-H".to_string(), format!("{name}: {value}")]);
+    }
+    args.push(format!("{}{path}", client_url.trim_end_matches('/')));
+    args
+}
+
+/// [`request`] with extra headers (`Authorization: <token>` for the gateway with auth enabled), made
+/// with Debian's `curl`.
 pub async fn request_with(
     client_url: &str,
     method: &str,
@@ -43,133 +59,89 @@ pub async fn request_with(
     body: Option<&str>,
     extra_headers: &[(&str, &str)],
 ) -> anyhow::Result<HttpResponse> {
-    let authority = client_url.strip_prefix("http://").unwrap_or(client_url).trim_end_matches('/');
-    let exchange = async {
-        let mut stream =
-            tokio::net::TcpStream::connect(authority).await.with_context(|| format!("dialing {authority}"))?;
-        let mut head = format!("{method} {path} HTTP/1.1\r\nHost: {authority}\r\nConnection: close\r\n");
-        for (name, value) in extra_headers {
-            head.push_str(&format!("{name}: {value}\r\n"));
-        }
-        if let Some(body) = body {
-            head.push_str(&format!("Content-Type: application/json\r\nContent-Length: {}\r\n", body.len()));
-        }
-        head.push_str("\r\n");
-        head.push_str(body.unwrap_or(""));
-        stream.write_all(head.as_bytes()).await?;
-        let mut raw = Vec::new();
-        stream.read_to_end(&mut raw).await?;
-        parse_response(&raw)
-    };
-    tokio::time::timeout(REQUEST_TIMEOUT, exchange).await.with_context(|| format!("{method} {path} timed out"))?
+    let mut args = curl_args(client_url, method, path, body, extra_headers);
+    args.splice(0..0, ["--max-time".to_string(), REQUEST_TIMEOUT.as_secs().to_string()]);
+    let out = tokio::process::Command::new("curl").args(&args).output().await.context("running curl")?;
+    anyhow::ensure!(out.status.success(), "curl {args:?}: {:?} {}", out.status, String::from_utf8_lossy(&out.stderr));
+    parse_response(&out.stdout)
 }
 
+/// curl's `-i` output: status line and headers, a blank line, the body (curl has undone any chunking),
+/// then any trailers the headers announced (etcd's gateway sends `Grpc-Trailer-Content-Type` after an
+/// error), which are taken off the body and listed with the headers.
 fn parse_response(raw: &[u8]) -> anyhow::Result<HttpResponse> {
     let split = raw.windows(4).position(|w| w == b"\r\n\r\n").context("no end of headers")?;
     let head = std::str::from_utf8(&raw[..split]).context("headers are not UTF-8")?;
-    let mut lines = head.split("\r\n");
-    let status_line = lines.next().context("no status line")?;
-    let status = status_line.split(' ').nth(1).context("no status code")?.parse()?;
-    let headers: Vec<(String, String)> = lines
-        .filter_map(|l| l.split_once(':'))
-        .map(|(n, v)| (n.trim().to_ascii_lowercase(), v.trim().to_string()))
+    let (status, mut headers) = parse_head(head)?;
+    let mut body = String::from_utf8(raw[split + 4..].to_vec()).context("body is not UTF-8")?;
+    let announced: Vec<String> = headers
+        .iter()
+        .filter(|(name, _)| name == "trailer")
+        .flat_map(|(_, names)| names.split(',').map(|n| n.trim().to_ascii_lowercase()).collect::<Vec<_>>())
         .collect();
-    let mut body = raw[split + 4..].to_vec();
-    let chunked = headers.iter().any(|(n, v)| n == "transfer-encoding" && v.eq_ignore_ascii_case("chunked"));
-    if chunked {
-        body = dechunk(&body)?;
+    for name in announced {
+        if let Some(at) = body.to_ascii_lowercase().rfind(&format!("{name}:")) {
+            let trailer = body.split_off(at);
+            headers.extend(header_lines(trailer.lines()));
+        }
     }
-    Ok(HttpResponse { status, headers, body: String::from_utf8(body).context("body is not UTF-8")? })
+    Ok(HttpResponse { status, headers, body })
 }
 
-/// A request whose answer streams (the gateway's `/v3/watch`, ...): its status, then its body line by line
-/// as it arrives.
+fn parse_head(head: &str) -> anyhow::Result<(u16, Vec<(String, String)>)> {
+    let mut lines = head.lines();
+    let status_line = lines.next().context("no status line")?;
+    let status = status_line.split(' ').nth(1).context("no status code")?.parse()?;
+    Ok((status, header_lines(lines)))
+}
+
+/// `Name: value` lines, names in lower case.
+fn header_lines<'a>(lines: impl Iterator<Item = &'a str>) -> Vec<(String, String)> {
+    lines
+        .filter_map(|l| l.split_once(':'))
+        .map(|(n, v)| (n.trim().to_ascii_lowercase(), v.trim().to_string()))
+        .collect()
+}
+
+/// A request whose answer streams (the gateway's `/v3/watch`, ...), made with `curl -N`: its status,
+/// then its body line by line as it arrives. Dropping it stops curl.
 pub struct HttpStream {
-    stream: tokio::net::TcpStream,
-    /// What arrived after the headers, still chunk-encoded.
-    raw: Vec<u8>,
+    _curl: tokio::process::Child,
+    lines: tokio::io::Lines<tokio::io::BufReader<tokio::process::ChildStdout>>,
     pub status: u16,
-    lines_read: usize,
 }
 
 impl HttpStream {
-    /// Sends `POST path` with `body` and reads the answer's headers.
+    /// `curl -N -X POST -d <body> <url><path>`, waiting for the answer's headers.
     pub async fn open(client_url: &str, path: &str, body: &str) -> anyhow::Result<HttpStream> {
-        let authority = client_url.strip_prefix("http://").unwrap_or(client_url).trim_end_matches('/');
-        let mut stream = tokio::net::TcpStream::connect(authority).await?;
-        let head = format!(
-            "POST {path} HTTP/1.1\r\nHost: {authority}\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}",
-            body.len()
-        );
-        stream.write_all(head.as_bytes()).await?;
-        let mut raw = Vec::new();
-        let split = loop {
-            if let Some(at) = raw.windows(4).position(|w| w == b"\r\n\r\n") {
-                break at;
-            }
-            let mut buf = [0u8; 4096];
-            let n = tokio::time::timeout(REQUEST_TIMEOUT, stream.read(&mut buf)).await.context("no answer")??;
-            anyhow::ensure!(n > 0, "the connection closed before the headers");
-            raw.extend_from_slice(&buf[..n]);
-        };
-        let head = std::str::from_utf8(&raw[..split])?;
-        let status = head.split(' ').nth(1).context("no status code")?.parse()?;
-        let raw = raw[split + 4..].to_vec();
-        Ok(HttpStream { stream, raw, status, lines_read: 0 })
-    }
-
-    /// The next line of the (chunked) body, waiting up to `wait` for it.
-    pub async fn next_line(&mut self, wait: Duration) -> anyhow::Result<String> {
-        let deadline = tokio::time::Instant::now() + wait;
+        let mut args = curl_args(client_url, "POST", path, Some(body), &[]);
+        args.insert(0, "-N".to_string());
+        let mut curl = tokio::process::Command::new("curl")
+            .args(&args)
+            .stdout(std::process::Stdio::piped())
+            .kill_on_drop(true)
+            .spawn()
+            .context("starting curl")?;
+        let stdout = curl.stdout.take().context("curl's stdout")?;
+        let mut lines = tokio::io::BufReader::new(stdout).lines();
+        let mut head = String::new();
         loop {
-            let body = dechunk_complete(&self.raw);
-            // Every piece but the last ends with a line end.
-            let pieces: Vec<&[u8]> = body.split(|b| *b == b'\n').collect();
-            if pieces.len() - 1 > self.lines_read {
-                let line = pieces[self.lines_read].to_vec();
-                self.lines_read += 1;
-                return Ok(String::from_utf8(line)?);
+            let line = tokio::time::timeout(REQUEST_TIMEOUT, lines.next_line()).await.context("no answer")??;
+            let line = line.context("curl ended before the headers")?;
+            if line.trim_end().is_empty() {
+                break;
             }
-            let mut buf = [0u8; 4096];
-            let n =
-                tokio::time::timeout_at(deadline, self.stream.read(&mut buf)).await.context("no line in time")??;
-            anyhow::ensure!(n > 0, "the stream ended");
-            self.raw.extend_from_slice(&buf[..n]);
+            head.push_str(&line);
+            head.push('\n');
         }
+        let (status, _) = parse_head(&head)?;
+        Ok(HttpStream { _curl: curl, lines, status })
     }
-}
 
-/// The chunks of a chunked body that arrived whole.
-fn dechunk_complete(mut raw: &[u8]) -> Vec<u8> {
-    let mut body = Vec::new();
-    while let Some(end) = raw.windows(2).position(|w| w == b"\r\n") {
-        let size = std::str::from_utf8(&raw[..end]).ok().and_then(|s| usize::from_str_radix(s.trim(), 16).ok());
-        match size {
-            Some(size) if size > 0 && raw.len() >= end + 2 + size + 2 => {
-                body.extend_from_slice(&raw[end + 2..end + 2 + size]);
-                raw = &raw[end + 2 + size + 2..];
-            }
-            _ => break,
-        }
-    }
-    body
-}
-
-fn dechunk(mut raw: &[u8]) -> anyhow::Result<Vec<u8>> {
-    let mut body = Vec::new();
-    loop {
-        let end = raw.windows(2).position(|w| w == b"\r\n").context("chunk size without its line end")?;
-        let size = std::str::from_utf8(&raw[..end])?.split(';').next().unwrap_or("");
-        let size = usize::from_str_radix(size.trim(), 16).with_context(|| format!("chunk size {size:?}"))?;
-        raw = &raw[end + 2..];
-        if size == 0 {
-            return Ok(body);
-        }
-        if raw.len() < size + 2 {
-            bail!("a chunk shorter than announced");
-        }
-        body.extend_from_slice(&raw[..size]);
-        raw = &raw[size + 2..];
+    /// The next line of the body, waiting up to `wait` for it.
+    pub async fn next_line(&mut self, wait: Duration) -> anyhow::Result<String> {
+        let line = tokio::time::timeout(wait, self.lines.next_line()).await.context("no line in time")??;
+        line.context("the stream ended")
     }
 }
 
