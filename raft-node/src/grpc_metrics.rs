@@ -96,12 +96,21 @@ pub struct GrpcCounters {
     started: Vec<AtomicU64>,
     /// `CODES.len()` counters per method.
     handled: Vec<AtomicU64>,
+    /// `etcd_network_client_grpc_{received,sent}_bytes_total`: the bytes of the client services' request
+    /// and response bodies (etcd counts the messages without gRPC's 5-byte frame header).
+    received_bytes: AtomicU64,
+    sent_bytes: AtomicU64,
 }
 
 impl GrpcCounters {
     pub(crate) fn new() -> Self {
         let counters = |n: usize| (0..n).map(|_| AtomicU64::new(0)).collect();
-        GrpcCounters { started: counters(METHODS.len()), handled: counters(METHODS.len() * CODES.len()) }
+        GrpcCounters {
+            started: counters(METHODS.len()),
+            handled: counters(METHODS.len() * CODES.len()),
+            received_bytes: AtomicU64::new(0),
+            sent_bytes: AtomicU64::new(0),
+        }
     }
 
     /// The method a request path (`/etcdserverpb.KV/Put`) names, if etcd counts it.
@@ -116,6 +125,14 @@ impl GrpcCounters {
     }
 
     pub(crate) fn render(&self, out: &mut Exposition) {
+        let bytes = [
+            ("etcd_network_client_grpc_received_bytes_total", "received from", &self.received_bytes),
+            ("etcd_network_client_grpc_sent_bytes_total", "sent to", &self.sent_bytes),
+        ];
+        for (name, direction, counter) in bytes {
+            let help = format!("The total number of bytes {direction} grpc clients.");
+            out.labelled(name, &help, COUNTER, &[(&[], counter.load(Ordering::Relaxed) as f64)]);
+        }
         // Go's client orders series by their label values, labels being sorted by name.
         let mut handled: Vec<([&str; 4], f64)> = Vec::with_capacity(self.handled.len());
         for (m, (service, method, kind)) in METHODS.iter().enumerate() {
@@ -191,6 +208,10 @@ where
         if let Some(m) = method {
             counters.started[m].fetch_add(1, Ordering::Relaxed);
         }
+        let request = match method {
+            Some(_) => request.map(|body| tonic::body::Body::new(Received { inner: body })),
+            None => request,
+        };
         let answer = self.inner.call(request);
         Box::pin(async move {
             let response = answer.await?;
@@ -235,6 +256,9 @@ impl Body for Handled {
         let polled = Pin::new(&mut this.inner).poll_frame(cx);
         match &polled {
             Poll::Ready(Some(Ok(frame))) => {
+                if let Some(data) = frame.data_ref() {
+                    metrics().grpc.sent_bytes.fetch_add(data.len() as u64, Ordering::Relaxed);
+                }
                 if let Some(code) = frame.trailers_ref().and_then(status_code) {
                     this.count(code);
                 }
@@ -242,6 +266,34 @@ impl Body for Handled {
             Poll::Ready(Some(Err(status))) => this.count(status.code()),
             Poll::Ready(None) => this.count(Code::Unknown),
             Poll::Pending => {}
+        }
+        polled
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.inner.is_end_stream()
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        self.inner.size_hint()
+    }
+}
+
+/// A request body that counts the bytes it brings.
+struct Received {
+    inner: tonic::body::Body,
+}
+
+impl Body for Received {
+    type Data = Bytes;
+    type Error = tonic::Status;
+
+    fn poll_frame(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Result<Frame<Bytes>, tonic::Status>>> {
+        let polled = Pin::new(&mut self.inner).poll_frame(cx);
+        if let Poll::Ready(Some(Ok(frame))) = &polled {
+            if let Some(data) = frame.data_ref() {
+                metrics().grpc.received_bytes.fetch_add(data.len() as u64, Ordering::Relaxed);
+            }
         }
         polled
     }

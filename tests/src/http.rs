@@ -254,9 +254,13 @@ mod tests {
     }
 
     #[test]
-    fn chunked_bodies_are_joined() {
-        let raw = b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n3\r\nabc\r\n2\r\nde\r\n0\r\n\r\n";
+    fn announced_trailers_come_off_the_body() {
+        let raw = b"HTTP/1.1 400 Bad Request\r\nTrailer: Grpc-Trailer-Content-Type\r\n\r\n{\"code\":3}\
+                    Grpc-Trailer-Content-Type: application/grpc\r\n\r\n";
         let response = parse_response(raw).expect("parses");
-        assert_eq!((response.status, response.body.as_str()), (200, "abcde"));
+        assert_eq!((response.status, response.body.as_str()), (400, "{\"code\":3}"));
+        assert_eq!(response.header("grpc-trailer-content-type"), Some("application/grpc"));
+        let plain = parse_response(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok").expect("parses");
+        assert_eq!((plain.status, plain.body.as_str()), (200, "ok"));
     }
 }

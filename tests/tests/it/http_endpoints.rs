@@ -128,6 +128,8 @@ const FAMILIES: &[(&str, &str)] = &[
     ("etcd_mvcc_range_total", "counter"),
     ("etcd_mvcc_delete_total", "counter"),
     ("etcd_mvcc_txn_total", "counter"),
+    ("etcd_network_client_grpc_received_bytes_total", "counter"),
+    ("etcd_network_client_grpc_sent_bytes_total", "counter"),
 ];
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -180,6 +182,9 @@ async fn metrics_count_what_the_cluster_does() -> anyhow::Result<()> {
     assert_eq!(grew("etcd_debugging_mvcc_keys_total", &[]), 10.0);
     assert_eq!(grew("etcd_mvcc_put_total", &[]), 10.0);
     assert_eq!(grew("etcd_mvcc_delete_total", &[]), 0.0);
+    // Ten puts of a 10-byte key and a 1-byte value at least, and their answers.
+    assert!(grew("etcd_network_client_grpc_received_bytes_total", &[]) >= 110.0);
+    assert!(grew("etcd_network_client_grpc_sent_bytes_total", &[]) >= 100.0);
     // etcd's default quota, 2 GiB.
     assert_eq!(after.value("etcd_server_quota_backend_bytes", &[]), 2147483648.0);
     assert!(grew("etcd_server_proposals_committed_total", &[]) >= 10.0);
