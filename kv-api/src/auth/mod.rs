@@ -177,10 +177,6 @@ impl AuthStore {
         self.roles.keys().cloned().collect()
     }
 
-    pub fn tokens(&self) -> &TokenTable {
-        &self.tokens
-    }
-
     pub fn tokens_mut(&mut self) -> &mut TokenTable {
         &mut self.tokens
     }
