@@ -60,7 +60,36 @@ pub fn etcd_bin() -> PathBuf {
     std::env::var_os("ETCD_BIN").map_or_else(|| PathBuf::from(DEFAULT_ETCD_BIN), PathBuf::from)
 }
 
-/// Whether real etcd is installed (CI installs it; a developer machine may not have it).
+/// Whether real etcd is installed. When it is not, the calling test skips, unless the run asks for
+/// every tool ([`tools_required`]): then it fails, so that a green run always means the comparison ran.
+///
+/// # Panics
+/// When etcd is missing and the run requires it.
 pub fn etcd_available() -> bool {
-    etcd_bin().is_file()
+    tool_present(&etcd_bin())
+}
+
+/// Whether a run must have every tool the tests use: set by `CI` and by `scripts/test`
+/// (`KV_TEST_REQUIRE_TOOLS`), which installs them first.
+pub fn tools_required() -> bool {
+    let set = |name| std::env::var_os(name).is_some_and(|value| !value.is_empty() && value != "0" && value != "false");
+    set("CI") || set("KV_TEST_REQUIRE_TOOLS")
+}
+
+/// Whether the program at `path` is installed; see [`etcd_available`] for what happens when it is not.
+///
+/// # Panics
+/// When it is missing and the run requires it.
+pub fn tool_present(path: &std::path::Path) -> bool {
+    if path.is_file() {
+        return true;
+    }
+    assert!(
+        !tools_required(),
+        "{} is not installed, and this run requires it (CI / KV_TEST_REQUIRE_TOOLS): run scripts/test, which \
+         installs Debian's etcd-server and etcd-client",
+        path.display()
+    );
+    eprintln!("skipping: {} is not installed (scripts/test installs it)", path.display());
+    false
 }

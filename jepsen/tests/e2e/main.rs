@@ -4,7 +4,8 @@
 //! its faults acted.
 //!
 //! They need root (`unshare --net --pid`), nftables and a built `raft-node` next to the `jepsen`
-//! binary (`cargo build -p raft-node`); without them they skip with a message. The runs share two
+//! binary (`cargo build -p raft-node`); without them they skip with a message, or fail when the run
+//! requires them (`CI`, `scripts/test`). The runs share two
 //! cores with everything else, so they run one at a time and stay short.
 
 mod common;

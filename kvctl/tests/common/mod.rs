@@ -23,14 +23,10 @@ pub fn steps<'a>(script: &'a [&'a [&'a str]]) -> Vec<Step<'a>> {
     script.iter().map(|args| Step { args, stdin: None }).collect()
 }
 
-/// Whether the tools the comparison needs are installed (CI installs them; a developer machine
-/// may not have them, and then the test says so and passes).
+/// Whether the tools the comparison needs are installed. Without them the test skips with a message,
+/// or fails when the run requires them (CI, `scripts/test`): see `tests::server::tool_present`.
 pub fn etcd_tools_present() -> bool {
-    let present = std::path::Path::new(ETCDCTL).is_file() && tests::server::etcd_available();
-    if !present {
-        eprintln!("skipping: etcd or etcdctl is not installed");
-    }
-    present
+    tests::server::tool_present(std::path::Path::new(ETCDCTL)) && tests::server::etcd_available()
 }
 
 pub fn kvctl() -> &'static str {

