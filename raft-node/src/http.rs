@@ -20,6 +20,7 @@ use kv_api::Consensus;
 use openraft::ServerState;
 use proto::etcdserverpb as pb;
 use tonic::body::Body;
+use tracing::warn;
 
 use crate::consensus::RaftConsensus;
 use crate::gateway;
@@ -39,12 +40,60 @@ pub struct Endpoints {
     pub version: String,
     /// `--quota-backend-bytes` as it applies (0: no quota).
     pub quota_backend_bytes: u64,
+    /// `--cors` and `--host-whitelist`.
+    pub access: Access,
+    /// `--enable-grpc-gateway`.
+    pub gateway: bool,
+}
+
+/// etcd's access control on the HTTP side of the client port.
+#[derive(Clone, Debug, Default)]
+pub struct Access {
+    /// `--cors`: origins allowed to read answers from a browser (empty or `*`: any).
+    pub cors: Vec<String>,
+    /// `--host-whitelist`: `Host` names a plain-HTTP request may carry (empty or `*`: any), against DNS
+    /// rebinding (CVE-2018-5702).
+    pub hosts: Vec<String>,
+}
+
+impl Access {
+    fn any(list: &[String]) -> bool {
+        list.iter().all(|item| item.is_empty()) || list.iter().any(|item| item == "*")
+    }
+
+    fn allows_host(&self, host: &str) -> bool {
+        Access::any(&self.hosts) || self.hosts.iter().any(|allowed| allowed == host)
+    }
+
+    /// The `Access-Control-Allow-Origin` for a request from `origin`, if it gets one.
+    fn cors_origin<'a>(&self, origin: Option<&'a str>) -> Option<&'a str> {
+        if Access::any(&self.cors) {
+            return Some("*");
+        }
+        origin.filter(|origin| self.cors.iter().any(|allowed| allowed == origin))
+    }
+}
+
+/// Which routes a listener serves.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Routes {
+    /// A client URL: everything, gRPC included.
+    Client,
+    /// A `--listen-metrics-urls` URL: `/metrics`, `/health`, `/livez` and `/readyz` only.
+    Metrics,
 }
 
 impl Endpoints {
-    async fn answer(&self, request: Request<Body>) -> Response<Body> {
+    async fn answer(&self, request: Request<Body>, routes: Routes) -> Response<Body> {
         let get = request.method() == Method::GET;
-        match request.uri().path() {
+        let path = request.uri().path();
+        if let Some(health) = crate::health::Request::parse(path, request.uri().query()) {
+            return if get { self.health_checks(&health).await } else { method_not_allowed() };
+        }
+        if routes == Routes::Metrics && !matches!(path, "/metrics" | "/health") {
+            return plain_error(StatusCode::NOT_FOUND, "404 page not found");
+        }
+        match path {
             "/health" if !get => method_not_allowed(),
             "/health" => self.health().await,
             "/version" if !get => method_not_allowed(),
@@ -70,6 +119,19 @@ impl Endpoints {
             metrics().health_failures.fetch_add(1, Ordering::Relaxed);
             plain_error(StatusCode::SERVICE_UNAVAILABLE, r#"{"health":"false"}"#)
         }
+    }
+
+    /// `/livez` and `/readyz` as etcd 3.6 answers them.
+    async fn health_checks(&self, request: &crate::health::Request) -> Response<Body> {
+        let (healthy, lines) = request.run(&self.consensus, &self.store).await;
+        if !healthy {
+            warn!(path = request.kind.name(), reason = lines.as_str(), "Health check error");
+            return plain_error(StatusCode::SERVICE_UNAVAILABLE, &lines);
+        }
+        let body = if request.verbose { format!("{lines}ok\n") } else { "ok\n".to_string() };
+        let mut response = with_type(StatusCode::OK, "text/plain; charset=utf-8", body);
+        response.headers_mut().insert("x-content-type-options", HeaderValue::from_static("nosniff"));
+        response
     }
 
     /// The server version, and the cluster version etcd decides (its major and minor, patch 0).
@@ -117,13 +179,43 @@ impl Endpoints {
     }
 }
 
-/// etcd adds these to every HTTP answer on the client port.
-fn cors(mut response: Response<Body>) -> Response<Body> {
+/// etcd adds these to every HTTP answer on the client port whose origin `--cors` allows.
+fn cors(mut response: Response<Body>, origin: Option<HeaderValue>) -> Response<Body> {
+    let Some(origin) = origin else {
+        return response;
+    };
     let headers = response.headers_mut();
     headers.insert("access-control-allow-headers", HeaderValue::from_static("accept, content-type, authorization"));
     headers.insert("access-control-allow-methods", HeaderValue::from_static("POST, GET, OPTIONS, PUT, DELETE"));
-    headers.insert("access-control-allow-origin", HeaderValue::from_static("*"));
+    headers.insert("access-control-allow-origin", origin);
     response
+}
+
+/// etcd's answer to a plain-HTTP request whose `Host` is not in `--host-whitelist`.
+fn misdirected(host: &str) -> Response<Body> {
+    let text = format!(
+        "\netcd received your request, but the Host header was unrecognized.\n\nTo fix this, choose one of the \
+         following options:\n- Enable TLS, then any HTTPS request will be allowed.\n- Add the hostname you want to \
+         use to the whitelist in settings.\n  - e.g. etcd --host-whitelist {host:?}\n\nThis requirement has been \
+         added to help prevent \"DNS Rebinding\" attacks (CVE-2018-5702).\n"
+    );
+    plain_error(StatusCode::MISDIRECTED_REQUEST, &text)
+}
+
+/// The host a request names (its `Host` header or URI authority), without the port.
+fn request_host<B>(request: &Request<B>) -> String {
+    let authority = request
+        .headers()
+        .get(header::HOST)
+        .and_then(|v| v.to_str().ok())
+        .or_else(|| request.uri().authority().map(|a| a.as_str()))
+        .unwrap_or_default();
+    match authority.rsplit_once(':') {
+        Some((host, port)) if port.chars().all(|c| c.is_ascii_digit()) && !host.ends_with(':') => {
+            host.trim_start_matches('[').trim_end_matches(']').to_string()
+        }
+        _ => authority.to_string(),
+    }
 }
 
 fn with_type(status: StatusCode, content_type: &'static str, body: String) -> Response<Body> {
@@ -160,11 +252,19 @@ fn is_grpc<B>(request: &Request<B>) -> bool {
 #[derive(Clone)]
 pub struct HttpLayer {
     endpoints: Arc<Endpoints>,
+    routes: Routes,
+    /// Whether the listener is `https://` (`--host-whitelist` only guards plain HTTP, as in etcd).
+    secure: bool,
 }
 
 impl HttpLayer {
     pub fn new(endpoints: Endpoints) -> Self {
-        Self { endpoints: Arc::new(endpoints) }
+        Self { endpoints: Arc::new(endpoints), routes: Routes::Client, secure: false }
+    }
+
+    /// The same endpoints for a listener of another kind.
+    pub fn for_listener(&self, routes: Routes, secure: bool) -> Self {
+        Self { endpoints: self.endpoints.clone(), routes, secure }
     }
 }
 
@@ -172,14 +272,14 @@ impl<S> tower_layer::Layer<S> for HttpLayer {
     type Service = HttpRouter<S>;
 
     fn layer(&self, inner: S) -> HttpRouter<S> {
-        HttpRouter { inner, endpoints: self.endpoints.clone() }
+        HttpRouter { inner, layer: self.clone() }
     }
 }
 
 #[derive(Clone)]
 pub struct HttpRouter<S> {
     inner: S,
-    endpoints: Arc<Endpoints>,
+    layer: HttpLayer,
 }
 
 type BoxFuture<T> = Pin<Box<dyn Future<Output = T> + Send>>;
@@ -199,16 +299,37 @@ where
         self.inner.poll_ready(cx)
     }
 
-    fn call(&mut self, request: Request<Body>) -> Self::Future {
-        if is_grpc(&request) {
+    fn call(&mut self, mut request: Request<Body>) -> Self::Future {
+        let layer = self.layer.clone();
+        if is_grpc(&request) && layer.routes == Routes::Client {
             let answer = self.inner.call(request);
             return Box::pin(async move { Ok(answer.await?.map(Body::new)) });
         }
-        let endpoints = self.endpoints.clone();
-        if let Some(method) = gateway::route(request.uri().path()) {
-            let grpc = self.inner.clone();
-            return Box::pin(async move { Ok(cors(gateway::call(grpc, method, request).await)) });
+        let endpoints = layer.endpoints.clone();
+        if !layer.secure {
+            let host = request_host(&request);
+            if !endpoints.access.allows_host(&host) {
+                warn!(host, "rejecting HTTP request to prevent DNS rebinding attacks");
+                return Box::pin(async move { Ok(misdirected(&host)) });
+            }
         }
-        Box::pin(async move { Ok(cors(endpoints.answer(request).await)) })
+        let origin = request.headers().get(header::ORIGIN).and_then(|v| v.to_str().ok());
+        let origin = endpoints.access.cors_origin(origin).and_then(|o| HeaderValue::from_str(o).ok());
+        if request.method() == Method::OPTIONS && layer.routes == Routes::Client {
+            return Box::pin(async move { Ok(cors(Response::new(Body::empty()), origin)) });
+        }
+        // etcd 3.4's clients use the gateway under /v3beta/ (and /v3alpha/ before it): the same API.
+        if let Some(rest) = request.uri().path().strip_prefix("/v3beta/") {
+            let query = request.uri().query().map(|q| format!("?{q}")).unwrap_or_default();
+            if let Ok(uri) = format!("/v3/{rest}{query}").parse() {
+                *request.uri_mut() = uri;
+            }
+        }
+        let gateway = layer.routes == Routes::Client && endpoints.gateway;
+        if let Some(method) = gateway.then(|| gateway::route(request.uri().path())).flatten() {
+            let grpc = self.inner.clone();
+            return Box::pin(async move { Ok(cors(gateway::call(grpc, method, request).await, origin)) });
+        }
+        Box::pin(async move { Ok(cors(endpoints.answer(request, layer.routes).await, origin)) })
     }
 }

@@ -2,7 +2,8 @@
 //!
 //! # Layout
 //!
-//! - [`config`]: etcd's flags, defaults and `ETCD_*` environment variables.
+//! - [`cli`]: what the binaries do: flags in, one line out for a bad one, a member run until a signal.
+//! - [`config`]: etcd's flags, defaults, `ETCD_*` environment variables and YAML config file.
 //! - [`member_id`]: etcd-style member and cluster ids.
 //! - [`bootstrap`]: this member's identity at first boot, and a new cluster's initial membership.
 //! - [`identity`]: the ids fixed at first boot, kept in the data dir.
@@ -20,7 +21,8 @@
 //! - [`consensus`]: [`kv_api::Consensus`] on openraft: local on the leader, forwarded elsewhere.
 //! - [`tls`]: etcd's TLS flags; `https://` client and peer listeners.
 //! - [`authority`]: accepting the `:authority` etcdctl sends when it dials a member by URL.
-//! - [`http`]: HTTP on the client port beside gRPC: `/health`, `/version`, `/metrics`.
+//! - [`http`]: HTTP on the client port beside gRPC: `/health`, `/version`, `/metrics`; the metrics URLs.
+//! - [`health`]: `/livez` and `/readyz`, as etcd 3.6.
 //! - [`gateway`]: etcd's gRPC gateway, the unary RPCs as JSON under `/v3/`.
 //! - [`metrics`]: etcd's Prometheus metrics, counted where things happen, and their text exposition.
 //! - [`grpc_metrics`]: the gRPC started/handled counters, a layer around the client services.
@@ -32,6 +34,7 @@
 
 pub mod authority;
 pub mod bootstrap;
+pub mod cli;
 pub mod config;
 pub mod consensus;
 pub mod corrupt_check;
@@ -41,6 +44,7 @@ pub mod forward;
 pub mod gateway;
 pub mod group_commit;
 pub mod grpc_metrics;
+pub mod health;
 pub mod http;
 pub mod identity;
 pub mod leader;

@@ -32,7 +32,17 @@ pub struct Metrics {
     pub proposals_failed: AtomicU64,
     pub health_success: AtomicU64,
     pub health_failures: AtomicU64,
+    /// `/livez` and `/readyz` checks by (name, type), Prometheus' order: the last result and the runs by
+    /// outcome.
+    health_checks: Mutex<BTreeMap<(String, &'static str), HealthCheckCount>>,
     pub grpc: GrpcCounters,
+}
+
+#[derive(Default, Clone, Copy)]
+struct HealthCheckCount {
+    last_ok: bool,
+    success: u64,
+    error: u64,
 }
 
 /// The process' metrics.
@@ -48,12 +58,57 @@ pub fn metrics() -> &'static Metrics {
         proposals_failed: AtomicU64::new(0),
         health_success: AtomicU64::new(0),
         health_failures: AtomicU64::new(0),
+        health_checks: Mutex::default(),
         grpc: GrpcCounters::new(),
     });
     &METRICS
 }
 
 impl Metrics {
+    /// Counts one run of a `/livez` or `/readyz` check (`kind` is `livez` or `readyz`).
+    pub fn record_health_check(&self, kind: &'static str, name: &str, ok: bool) {
+        let mut checks = self.health_checks.lock();
+        let count = checks.entry((name.to_string(), kind)).or_default();
+        count.last_ok = ok;
+        if ok {
+            count.success += 1;
+        } else {
+            count.error += 1;
+        }
+    }
+
+    /// etcd's `etcd_server_healthcheck` and `etcd_server_healthchecks_total`, once a check has run.
+    fn render_health_checks(&self, out: &mut Exposition) {
+        let checks: Vec<((String, &str), HealthCheckCount)> =
+            self.health_checks.lock().iter().map(|(key, count)| (key.clone(), *count)).collect();
+        if checks.is_empty() {
+            return;
+        }
+        let gauge: Vec<([(&str, &str); 2], f64)> = checks
+            .iter()
+            .map(|((name, kind), count)| {
+                ([("name", name.as_str()), ("type", *kind)], if count.last_ok { 1.0 } else { 0.0 })
+            })
+            .collect();
+        let series: Vec<(Labels<'_>, f64)> = gauge.iter().map(|(labels, value)| (&labels[..], *value)).collect();
+        out.labelled("etcd_server_healthcheck", "The result of each kind of healthcheck.", GAUGE, &series);
+        let mut totals: Vec<([(&str, &str); 3], f64)> = Vec::new();
+        for ((name, kind), count) in &checks {
+            for (status, runs) in [("error", count.error), ("success", count.success)] {
+                if runs > 0 {
+                    totals.push(([("name", name.as_str()), ("status", status), ("type", *kind)], runs as f64));
+                }
+            }
+        }
+        let series: Vec<(Labels<'_>, f64)> = totals.iter().map(|(labels, value)| (&labels[..], *value)).collect();
+        out.labelled(
+            "etcd_server_healthchecks_total",
+            "The total number of each kind of healthcheck.",
+            COUNTER,
+            &series,
+        );
+    }
+
     /// The round-trip histogram to peer `id` (etcd: 0.1 ms to 3.3 s, `ExponentialBuckets(0.0001, 2, 16)`).
     pub fn peer_rtt(&self, id: u64) -> Arc<Histogram> {
         self.peer_rtt.lock().entry(id).or_insert_with(|| Arc::new(Histogram::exponential(0.0001, 2.0, 16))).clone()
@@ -359,6 +414,7 @@ pub fn render(view: &MemberView) -> String {
         out.histograms("etcd_network_peer_round_trip_time_seconds", "Round-Trip-Time histogram between peers", &series);
     }
 
+    m.render_health_checks(&mut out);
     m.grpc.render(&mut out);
     out.finish()
 }

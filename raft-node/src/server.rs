@@ -37,7 +37,7 @@ use crate::election::ElectionClock;
 use crate::forward::Forwarder;
 use crate::group_commit::GroupCommit;
 use crate::grpc_metrics::GrpcMetricsLayer;
-use crate::http::{Endpoints, HttpLayer};
+use crate::http::{Access, Endpoints, HttpLayer, Routes};
 use crate::leader::{Leader, LeaderRequest};
 use crate::network::PeerNetwork;
 use crate::peer_service::PeerService;
@@ -56,10 +56,8 @@ const REQUIRE_LEADER_KEY: &str = "hasleader";
 /// Runs a member until `shutdown` resolves.
 pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> anyhow::Result<()> {
     let initial_cluster = config.initial_cluster()?;
-    // Only simple tokens are built; a JWT setup must not start and run without the tokens it expects.
-    if config.auth_token.split(',').next() != Some("simple") {
-        anyhow::bail!("--auth-token {:?} is not supported: only 'simple' tokens are", config.auth_token);
-    }
+    // A flag this member cannot honour stops it here too (the binaries check first, to say it in one line).
+    crate::config::effect::check(&config)?;
     let client_addrs = addrs(&config.listen_client_urls)?;
     let peer_addrs = addrs(&config.listen_peer_urls)?;
     // Certificates are read before anything else starts, so that a bad flag stops the member at once.
@@ -80,9 +78,12 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> anyhow::
     let bootstrap = bootstrap::initial_members(&config, &initial_cluster);
     let identity = bootstrap::identity(&config, &bootstrap, &forwarder, &member_dir).await?;
     info!(
+        name = config.name,
+        data_dir = %config.data_dir().display(),
         member_id = format!("{:x}", identity.member_id),
         cluster_id = format!("{:x}", identity.cluster_id),
-        "starting member"
+        initial_cluster_state = config.initial_cluster_state,
+        "starting an etcd server"
     );
     let (log_store, state_machine, store) = storage::open(&member_dir.join("db")).context("opening storage")?;
     let watch_hub = state_machine.watch_hub().clone();
@@ -97,9 +98,11 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> anyhow::
         election_timeout_min: config.election_timeout / 2,
         election_timeout_max: config.election_timeout,
         snapshot_policy: openraft::SnapshotPolicy::LogsSinceLast(config.snapshot_count),
-        // Entries kept behind a snapshot for slow followers (etcd keeps 5000); a follower further behind
-        // catches up by snapshot install.
-        max_in_snapshot_log_to_keep: config.snapshot_count.min(5000),
+        // Entries kept behind a snapshot for slow followers (etcd: --experimental-snapshot-catchup-entries,
+        // 5000); a follower further behind catches up by snapshot install.
+        max_in_snapshot_log_to_keep: config
+            .snapshot_count
+            .min(config.experimental.experimental_snapshot_catchup_entries),
         ..Default::default()
     }
     .validate()
@@ -215,6 +218,8 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> anyhow::
         member_id: identity.member_id,
         version: config.emulated_version.clone(),
         quota_backend_bytes: config.quota_backend_bytes().unwrap_or(0),
+        access: Access { cors: config.member.cors.clone(), hosts: config.member.host_whitelist.clone() },
+        gateway: config.member.enable_grpc_gateway,
     });
     tokio::spawn(metrics::count_leader_changes(raft.clone()));
     tokio::spawn(probe::probe_peers(network, raft.clone(), identity.member_id));
@@ -227,8 +232,8 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> anyhow::
         .max_decoding_message_size(usize::MAX)
         .max_encoding_message_size(usize::MAX);
     for (addr, tls) in peer_addrs.into_iter().zip(peer_tls) {
-        let listener = bind(addr).await?;
-        info!(%addr, tls = tls.is_some(), "serving peer requests");
+        let listener = bind(addr, &config).await?;
+        info!(address = %addr, tls = tls.is_some(), "serving peer traffic");
         // The health service answers the other members' round-trip probes.
         let router =
             tonic::transport::Server::builder().tcp_nodelay(true).add_service(peer.clone()).add_service(health.clone());
@@ -248,8 +253,41 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> anyhow::
 
     let mut client_listeners = Vec::new();
     for (addr, tls) in client_addrs.into_iter().zip(client_tls) {
-        client_listeners.push((addr, bind(addr).await?, tls));
+        client_listeners.push((addr, bind(addr, &config).await?, tls));
     }
+    // The metrics URLs serve /metrics and the health endpoints from the start, as etcd: probes see an
+    // unready member rather than a refused connection.
+    for (url, addr) in config.monitoring.listen_metrics_urls.iter().zip(addrs(&config.monitoring.listen_metrics_urls)?)
+    {
+        let tls = config.tls.client_acceptor(url)?;
+        let listener = bind(addr, &config).await?;
+        info!(address = %url, "serving metrics");
+        let router = tonic::transport::Server::builder()
+            .tcp_nodelay(true)
+            .accept_http1(true)
+            .layer(http.for_listener(Routes::Metrics, tls.is_some()))
+            .add_service(health.clone());
+        let stop = stopped(stop_rx.clone());
+        match tls {
+            None => {
+                let incoming = TcpListenerStream::new(listener).map(|conn| conn.and_then(no_delay));
+                servers.spawn(async move { router.serve_with_incoming_shutdown(incoming, stop).await });
+            }
+            Some(acceptor) => {
+                let incoming = tls::accept(listener, acceptor);
+                servers.spawn(async move { router.serve_with_incoming_shutdown(incoming, stop).await });
+            }
+        }
+    }
+    info!(
+        local_member_id = format!("{:x}", identity.member_id),
+        initial_advertise_peer_urls = ?config.initial_advertise_peer_urls,
+        listen_peer_urls = ?config.listen_peer_urls,
+        advertise_client_urls = ?config.advertise_client_urls,
+        listen_client_urls = ?config.listen_client_urls,
+        listen_metrics_urls = ?config.monitoring.listen_metrics_urls,
+        "now serving peer/client/metrics"
+    );
     let removed = {
         let clock = clock.clone();
         let raft = raft.clone();
@@ -266,17 +304,33 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> anyhow::
         () = &mut shutdown => false,
         () = publish(consensus.clone(), raft.clone(), identity.member_id, config.clone()) => true,
     };
+    if published {
+        info!(
+            local_member_id = format!("{:x}", identity.member_id),
+            local_member_attributes = format!("{{Name:{} ClientURLs:{:?}}}", config.name, config.advertise_client_urls),
+            "published local member to cluster through raft"
+        );
+    }
     if published && config.experimental_initial_corrupt_check {
         crate::corrupt_check::check_initially(&consensus, &store, &dialer).await?;
     }
     if published {
+        info!("ready to serve client requests");
+        let keepalive = |d: Duration| (!d.is_zero()).then_some(d);
         for (addr, listener, tls) in client_listeners {
-            info!(%addr, tls = tls.is_some(), "serving client requests");
+            if tls.is_some() {
+                info!(traffic = "grpc+http", address = %addr, "serving client traffic securely");
+            } else {
+                warn!(traffic = "grpc+http", address = %addr, "serving client traffic insecurely; this is strongly discouraged!");
+            }
             let router = tonic::transport::Server::builder()
                 .tcp_nodelay(true)
+                .max_concurrent_streams(config.member.max_concurrent_streams)
+                .http2_keepalive_interval(keepalive(config.member.grpc_keepalive_interval))
+                .http2_keepalive_timeout(keepalive(config.member.grpc_keepalive_timeout))
                 // etcd serves HTTP (health, version, metrics) on the same port as gRPC.
                 .accept_http1(true)
-                .layer(http.clone())
+                .layer(http.for_listener(Routes::Client, tls.is_some()))
                 .layer(tonic::service::InterceptorLayer::new(require_leader.clone()))
                 .layer(GrpcMetricsLayer)
                 .add_service(MessageLimit::new(kv.clone(), max_message))
@@ -306,7 +360,7 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> anyhow::
     let mut outcome = Ok(());
     if published {
         tokio::select! {
-            () = &mut shutdown => info!("shutting down"),
+            () = &mut shutdown => info!(name = config.name, data_dir = %config.data_dir().display(), "closing etcd server"),
             () = &mut removed => {
                 warn!("the member has been permanently removed from the cluster; stopping");
                 outcome = Err(anyhow::anyhow!("the member has been permanently removed from the cluster"));
@@ -327,6 +381,7 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> anyhow::
     let _ = stop_tx.send(true);
     while servers.join_next().await.is_some() {}
     raft.shutdown().await.context("stopping Raft")?;
+    info!(name = config.name, data_dir = %config.data_dir().display(), "closed etcd server");
     outcome
 }
 
@@ -358,8 +413,19 @@ async fn removed_from_cluster(raft: Raft, id: NodeId) {
     }
 }
 
-async fn bind(addr: SocketAddr) -> anyhow::Result<tokio::net::TcpListener> {
-    tokio::net::TcpListener::bind(addr).await.with_context(|| format!("listening on {addr}"))
+/// A listener on `addr`, with `--socket-reuse-address` and `--socket-reuse-port` as etcd sets them.
+async fn bind(addr: SocketAddr, config: &Config) -> anyhow::Result<tokio::net::TcpListener> {
+    let listen = || -> std::io::Result<tokio::net::TcpListener> {
+        let socket = if addr.is_ipv4() { tokio::net::TcpSocket::new_v4()? } else { tokio::net::TcpSocket::new_v6()? };
+        // Go sets SO_REUSEADDR on every listener (a restarted member rebinds a port in TIME_WAIT), so
+        // etcd's --socket-reuse-address only ever turns on what is on already; so here.
+        socket.set_reuseaddr(true)?;
+        socket.set_reuseport(config.member.socket_reuse_port)?;
+        socket.bind(addr)?;
+        // Go's listen backlog: the kernel's somaxconn.
+        socket.listen(4096)
+    };
+    listen().with_context(|| format!("listening on {addr}"))
 }
 
 /// The TLS configuration this member dials peers with: needed when any peer URL it knows of is `https://`

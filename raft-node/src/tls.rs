@@ -89,6 +89,74 @@ pub struct TlsFlags {
     /// Path to the peer server TLS trusted CA file.
     #[arg(long, env = "ETCD_PEER_TRUSTED_CA_FILE")]
     pub peer_trusted_ca_file: Option<PathBuf>,
+
+    /// Path to an explicit peer client TLS cert file otherwise cert file will be used when client auth is
+    /// required (etcd dials its own gateway with it; here nothing dials clients, so it is only checked).
+    #[arg(long, env = "ETCD_CLIENT_CERT_FILE")]
+    pub client_cert_file: Option<PathBuf>,
+
+    /// Path to an explicit peer client TLS key file otherwise key file will be used when client auth is
+    /// required.
+    #[arg(long, env = "ETCD_CLIENT_KEY_FILE")]
+    pub client_key_file: Option<PathBuf>,
+
+    /// Path to the client certificate revocation list file.
+    #[arg(long, env = "ETCD_CLIENT_CRL_FILE")]
+    pub client_crl_file: Option<PathBuf>,
+
+    /// Comma-separated list of SAN hostnames for client cert authentication.
+    #[arg(long, env = "ETCD_CLIENT_CERT_ALLOWED_HOSTNAME", value_delimiter = ',')]
+    pub client_cert_allowed_hostname: Vec<String>,
+
+    /// Client TLS using generated certificates.
+    #[arg(long, env = "ETCD_AUTO_TLS", default_value = "false", num_args = 0..=1, default_missing_value = "true",
+          action = clap::ArgAction::Set, value_parser = crate::config::parse_bool)]
+    pub auto_tls: bool,
+
+    /// Comma-separated list of allowed CNs for inter-peer TLS authentication.
+    #[arg(long, env = "ETCD_PEER_CERT_ALLOWED_CN", value_delimiter = ',')]
+    pub peer_cert_allowed_cn: Vec<String>,
+
+    /// Comma-separated list of allowed SAN hostnames for inter-peer TLS authentication.
+    #[arg(long, env = "ETCD_PEER_CERT_ALLOWED_HOSTNAME", value_delimiter = ',')]
+    pub peer_cert_allowed_hostname: Vec<String>,
+
+    /// Peer TLS using self-generated certificates if --peer-key-file and --peer-cert-file are not provided.
+    #[arg(long, env = "ETCD_PEER_AUTO_TLS", default_value = "false", num_args = 0..=1, default_missing_value = "true",
+          action = clap::ArgAction::Set, value_parser = crate::config::parse_bool)]
+    pub peer_auto_tls: bool,
+
+    /// Path to an explicit peer client TLS cert file otherwise peer cert file will be used when client auth
+    /// is required.
+    #[arg(long, env = "ETCD_PEER_CLIENT_CERT_FILE")]
+    pub peer_client_cert_file: Option<PathBuf>,
+
+    /// Path to an explicit peer client TLS key file otherwise peer key file will be used when client auth is
+    /// required.
+    #[arg(long, env = "ETCD_PEER_CLIENT_KEY_FILE")]
+    pub peer_client_key_file: Option<PathBuf>,
+
+    /// The validity period of the client and peer certificates that are automatically generated when you
+    /// specify --auto-tls and --peer-auto-tls, in years.
+    #[arg(long, env = "ETCD_SELF_SIGNED_CERT_VALIDITY", default_value_t = 1)]
+    pub self_signed_cert_validity: u32,
+
+    /// Path to the peer certificate revocation list file.
+    #[arg(long, env = "ETCD_PEER_CRL_FILE")]
+    pub peer_crl_file: Option<PathBuf>,
+
+    /// Comma-separated list of supported TLS cipher suites between client/server and peers (empty: the
+    /// library's defaults).
+    #[arg(long, env = "ETCD_CIPHER_SUITES", value_delimiter = ',')]
+    pub cipher_suites: Vec<String>,
+
+    /// Minimum TLS version supported. Possible values: TLS1.2, TLS1.3.
+    #[arg(long, env = "ETCD_TLS_MIN_VERSION", default_value = "TLS1.2")]
+    pub tls_min_version: String,
+
+    /// Maximum TLS version supported. Possible values: TLS1.2, TLS1.3 (empty: the newest).
+    #[arg(long, env = "ETCD_TLS_MAX_VERSION", default_value = "")]
+    pub tls_max_version: String,
 }
 
 /// The files of one side (clients or peers).

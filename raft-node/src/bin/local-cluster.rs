@@ -45,10 +45,8 @@ fn member_args(args: &Args, name: &str, client: u16, peer: u16) -> Vec<String> {
 }
 
 /// One member: the same flags and logging as the `raft-node` binary.
-async fn run_member() -> anyhow::Result<()> {
-    let config = raft_node::config::Config::parse();
-    raft_node::logging::init(&raft_node::logging::LogSettings::from_config(&config))?;
-    raft_node::server::run(config, raft_node::server::shutdown_signal()).await
+async fn run_member() -> std::process::ExitCode {
+    raft_node::cli::main().await
 }
 
 /// Copies a child's output to ours, each line prefixed with the member's name.
@@ -68,7 +66,8 @@ const MEMBER_ENV: &str = "LOCAL_CLUSTER_MEMBER";
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
     if std::env::var_os(MEMBER_ENV).is_some() {
-        return run_member().await;
+        let code = run_member().await;
+        std::process::exit(if code == std::process::ExitCode::SUCCESS { 0 } else { 1 });
     }
     let args = Args::parse();
     let exe = std::env::current_exe()?;

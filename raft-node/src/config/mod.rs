@@ -1,11 +1,32 @@
-//! Member configuration: etcd's flag names, defaults and `ETCD_*` environment variables.
+//! Member configuration: etcd's flag names, defaults and `ETCD_*` environment variables, and etcd's YAML
+//! configuration file.
+//!
+//! Every flag of etcd 3.5's `etcd --help` is accepted with etcd's default (the list is kept in
+//! `raft-node/etcd-3.5-flags.txt`, and a test holds `--help` against it). What each one does here is
+//! decided in [`effect`]: most act as in etcd; the few that cannot stop the member with one line saying so
+//! and what to use instead, and those that have nothing to act on in this store say so in the log.
+//!
+//! - [`member`], [`clustering`], [`monitoring`], [`experimental`]: the flag groups of etcd's help text.
+//! - [`file`]: `--config-file`, etcd's YAML keys turned into flags.
+//! - [`effect`]: flags refused or without effect here.
+//! - [`duration`]: Go's duration syntax.
+
+pub mod clustering;
+pub mod duration;
+pub mod effect;
+pub mod experimental;
+pub mod file;
+pub mod member;
+pub mod monitoring;
+
+pub use duration::parse_duration;
 
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::time::Duration;
 
-use clap::Parser;
+use clap::{CommandFactory, FromArgMatches, Parser};
 
 /// An etcd-compatible key-value store member.
 #[derive(Clone, Debug, Parser)]
@@ -138,6 +159,63 @@ pub struct Config {
     /// Where logs go: 'default' or 'stderr', 'stdout', or a file path (appended to).
     #[arg(long, env = "ETCD_LOG_OUTPUTS", default_value = "default")]
     pub log_outputs: String,
+
+    /// Path to the server configuration file. Note that if a configuration file is provided, other command
+    /// line flags and environment variables will be ignored.
+    #[arg(long, env = "ETCD_CONFIG_FILE")]
+    pub config_file: Option<PathBuf>,
+
+    #[command(flatten)]
+    pub member: member::MemberFlags,
+
+    #[command(flatten)]
+    pub clustering: clustering::ClusteringFlags,
+
+    #[command(flatten)]
+    pub monitoring: monitoring::MonitoringFlags,
+
+    #[command(flatten)]
+    pub experimental: experimental::ExperimentalFlags,
+
+    /// Keys of the configuration file that name no flag (etcd ignores them; the member logs them).
+    #[arg(skip)]
+    pub ignored_file_keys: Vec<String>,
+}
+
+/// A boolean as Go's `strconv.ParseBool` reads it (etcd's boolean flags and variables).
+pub fn parse_bool(text: &str) -> Result<bool, String> {
+    match text {
+        "1" | "t" | "T" | "TRUE" | "true" | "True" => Ok(true),
+        "0" | "f" | "F" | "FALSE" | "false" | "False" => Ok(false),
+        _ => Err(format!("parse error: invalid boolean {text:?}")),
+    }
+}
+
+/// Why the flags could not be read.
+#[derive(Debug, thiserror::Error)]
+pub enum LoadError {
+    #[error(transparent)]
+    Flags(#[from] clap::Error),
+    #[error(transparent)]
+    File(#[from] file::FileError),
+}
+
+impl LoadError {
+    /// The problem in one line (clap's message without its usage and tip lines).
+    pub fn one_line(&self) -> String {
+        match self {
+            LoadError::Flags(err) => {
+                let rendered = err.render().to_string();
+                rendered.lines().next().unwrap_or_default().trim_start_matches("error: ").to_string()
+            }
+            LoadError::File(err) => err.to_string(),
+        }
+    }
+}
+
+/// Every long flag name the member takes.
+pub fn flag_names() -> Vec<String> {
+    Config::command().get_arguments().filter_map(|arg| arg.get_long().map(str::to_string)).collect()
 }
 
 /// A configuration the member cannot start with.
@@ -157,6 +235,30 @@ pub enum ConfigError {
 }
 
 impl Config {
+    /// The configuration as etcd reads it: flags and `ETCD_*` variables, or, when `--config-file` (or
+    /// `ETCD_CONFIG_FILE`) names a file, that file alone.
+    pub fn load<I, T>(args: I) -> Result<Config, LoadError>
+    where
+        I: IntoIterator<Item = T>,
+        T: Into<std::ffi::OsString> + Clone,
+    {
+        let args: Vec<std::ffi::OsString> = args.into_iter().map(Into::into).collect();
+        let config = Config::try_parse_from(&args)?;
+        let Some(path) = config.config_file.clone() else {
+            return Ok(config);
+        };
+        let (flags, unknown) = file::flags_of(&path)?;
+        let program = args.first().cloned().unwrap_or_else(|| "raft-node".into());
+        // Only the file counts: the command's variables are switched off.
+        let command = Config::command().mut_args(|arg| arg.env(None));
+        let matches =
+            command.try_get_matches_from(std::iter::once(program).chain(flags.into_iter().map(Into::into)))?;
+        let mut config = Config::from_arg_matches(&matches)?;
+        config.config_file = Some(path);
+        config.ignored_file_keys = unknown;
+        Ok(config)
+    }
+
     /// `--quota-backend-bytes` as it applies: `None` when disabled (negative), etcd's 2 GiB for 0.
     pub fn quota_backend_bytes(&self) -> Option<u64> {
         match self.quota_backend_bytes {
@@ -219,43 +321,6 @@ pub fn socket_addr(raw: &str) -> Result<SocketAddr, ConfigError> {
     Ok(SocketAddr::new(ip, port))
 }
 
-/// A duration as Go's `time.ParseDuration` reads it (etcd's duration flags): a sequence of decimal numbers
-/// each with a unit (`ns`, `us`/`µs`, `ms`, `s`, `m`, `h`), like `10m`, `1.5s`, `1h30m`; `0` alone is zero.
-pub fn parse_duration(text: &str) -> Result<Duration, String> {
-    let invalid = || format!("invalid duration {text:?}");
-    if text == "0" {
-        return Ok(Duration::ZERO);
-    }
-    let mut rest = text.strip_prefix('+').unwrap_or(text);
-    if rest.is_empty() {
-        return Err(invalid());
-    }
-    let mut nanos = 0f64;
-    while !rest.is_empty() {
-        let number_len = rest.find(|c: char| !(c.is_ascii_digit() || c == '.')).unwrap_or(rest.len());
-        let (number, tail) = rest.split_at(number_len);
-        if number.is_empty() || number == "." {
-            return Err(invalid());
-        }
-        let value: f64 = number.parse().map_err(|_| invalid())?;
-        let unit_len = tail.find(|c: char| c.is_ascii_digit() || c == '.').unwrap_or(tail.len());
-        let (unit, tail) = tail.split_at(unit_len);
-        let scale = match unit {
-            "ns" => 1.0,
-            "us" | "\u{b5}s" | "\u{3bc}s" => 1e3,
-            "ms" => 1e6,
-            "s" => 1e9,
-            "m" => 60e9,
-            "h" => 3600e9,
-            "" => return Err(format!("missing unit in duration {text:?}")),
-            _ => return Err(format!("unknown unit {unit:?} in duration {text:?}")),
-        };
-        nanos += value * scale;
-        rest = tail;
-    }
-    Ok(Duration::from_nanos(nanos.round() as u64))
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -265,26 +330,47 @@ mod tests {
     }
 
     #[test]
-    fn durations_parse_as_in_go() {
-        let ok = [
-            ("10m", Duration::from_secs(600)),
-            ("5s", Duration::from_secs(5)),
-            ("100ms", Duration::from_millis(100)),
-            ("1h30m", Duration::from_secs(5400)),
-            ("1.5s", Duration::from_millis(1500)),
-            ("300us", Duration::from_micros(300)),
-            ("2\u{b5}s", Duration::from_micros(2)),
-            ("0", Duration::ZERO),
-            ("+7ns", Duration::from_nanos(7)),
-        ];
-        for (text, want) in ok {
-            assert_eq!(parse_duration(text), Ok(want), "{text}");
+    fn every_etcd_3_5_flag_is_taken_with_its_variable() {
+        let ours = Config::command();
+        let longs: Vec<&str> = ours.get_arguments().filter_map(|arg| arg.get_long()).collect();
+        let listed = include_str!("../../etcd-3.5-flags.txt");
+        let etcd: Vec<&str> =
+            listed.lines().filter(|l| !l.starts_with('#')).map(|l| l.trim_start_matches("--")).collect();
+        assert!(etcd.len() > 100, "the list holds etcd 3.5's flags");
+        // clap adds --help and --version itself.
+        let missing: Vec<&&str> = etcd.iter().filter(|f| !longs.contains(f) && **f != "version").collect();
+        assert!(missing.is_empty(), "etcd 3.5 flags raft-node lacks: {missing:?}");
+        // Every flag of etcd's is also its ETCD_* variable.
+        for arg in ours.get_arguments().filter(|arg| arg.get_long().is_some_and(|long| etcd.contains(&long))) {
+            let long = arg.get_long().unwrap_or_default();
+            let want = format!("ETCD_{}", long.to_uppercase().replace('-', "_"));
+            assert_eq!(arg.get_env().and_then(|e| e.to_str()), Some(want.as_str()), "--{long}");
         }
-        for bad in ["", "10", "5x", "s", "-1s", "1.2.3s"] {
-            assert!(parse_duration(bad).is_err(), "{bad:?} should be refused");
-        }
-        let config = parse(&["--experimental-watch-progress-notify-interval", "2s"]);
-        assert_eq!(config.experimental_watch_progress_notify_interval, Duration::from_secs(2));
+    }
+
+    #[test]
+    fn a_config_file_stands_alone() {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let path = dir.path().join("etcd.yaml");
+        std::fs::write(&path, "name: m1\nsnapshot-count: 10000\nstrict-reconfig-check: false\nbogus: 1\n")
+            .expect("write");
+        let path_flag = format!("--config-file={}", path.display());
+        // Other flags are ignored once a file is given, as in etcd.
+        let config = Config::load(["raft-node", path_flag.as_str(), "--name=other"]).expect("loads");
+        assert_eq!((config.name.as_str(), config.snapshot_count), ("m1", 10000));
+        assert!(!config.clustering.strict_reconfig_check);
+        assert_eq!(config.ignored_file_keys, ["bogus"]);
+        std::fs::write(&path, "snapshot-count: many\n").expect("write");
+        let err = Config::load(["raft-node", path_flag.as_str()]).err().expect("refused");
+        assert!(err.one_line().contains("'many'") && !err.one_line().contains('\n'), "{}", err.one_line());
+    }
+
+    #[test]
+    fn bools_read_as_go_reads_them() {
+        assert!(!parse(&["--strict-reconfig-check=0"]).clustering.strict_reconfig_check);
+        assert!(parse(&["--socket-reuse-port=T"]).member.socket_reuse_port);
+        assert!(parse(&["--socket-reuse-port"]).member.socket_reuse_port);
+        assert!(Config::try_parse_from(["raft-node", "--pre-vote=yes"]).is_err());
     }
 
     #[test]
@@ -298,6 +384,11 @@ mod tests {
         assert_eq!(config.quota_backend_bytes(), Some(2 * 1024 * 1024 * 1024));
         assert_eq!(config.experimental_corrupt_check_time, Duration::ZERO);
         assert_eq!(config.log_level, "info");
+        assert_eq!(config.member.max_concurrent_streams, u32::MAX);
+        assert_eq!(config.member.grpc_keepalive_interval, Duration::from_secs(7200));
+        assert!(config.clustering.strict_reconfig_check && config.clustering.pre_vote);
+        assert_eq!(config.experimental.experimental_snapshot_catchup_entries, 5000);
+        assert_eq!(config.tls.tls_min_version, "TLS1.2");
         assert!(!config.log_json());
         assert_eq!(socket_addr(&config.listen_client_urls[0]).unwrap(), "127.0.0.1:2379".parse().unwrap());
         let cluster = config.initial_cluster().unwrap();
