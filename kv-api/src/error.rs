@@ -62,6 +62,12 @@ pub enum Error {
     MemberNotLearner,
     #[error("etcdserver: can only promote a learner member which is in sync with leader")]
     LearnerNotReady,
+    /// `--strict-reconfig-check`: the change would leave fewer started voters than a quorum.
+    #[error("etcdserver: re-configuration failed due to not enough started members")]
+    NotEnoughStartedMembers,
+    /// `--strict-reconfig-check`: the members the change needs have not all been reachable for a while.
+    #[error("etcdserver: unhealthy cluster")]
+    Unhealthy,
     /// The backend passed `--quota-backend-bytes`, or the NOSPACE alarm is active.
     #[error("etcdserver: mvcc: database space exceeded")]
     NoSpace,
@@ -148,6 +154,7 @@ impl Error {
             | Error::PeerUrlExists
             | Error::MemberNotLearner
             | Error::LearnerNotReady
+            | Error::NotEnoughStartedMembers
             | Error::RootUserNotExist
             | Error::RootRoleNotExist
             | Error::UserExists
@@ -164,7 +171,8 @@ impl Error {
             | Error::Stopped
             | Error::Timeout
             | Error::LeaderChanged
-            | Error::NotSupportedForLearner => Code::Unavailable,
+            | Error::NotSupportedForLearner
+            | Error::Unhealthy => Code::Unavailable,
             Error::NoSpace => Code::ResourceExhausted,
             Error::Corrupt => Code::DataLoss,
             Error::ElectionNoLeader

@@ -16,9 +16,10 @@ use openraft::error::{ClientWriteError, RaftError};
 use openraft::{ChangeMembers, Membership};
 use proto::etcdserverpb as pb;
 use serde::{Deserialize, Serialize};
-use tracing::info;
+use tracing::{info, warn};
 
 use crate::config::socket_addr;
+use crate::connectivity::Connectivity;
 use crate::election::{ElectionClock, PreVote, PreVoteAnswer};
 use crate::forward::Forwarder;
 use crate::group_commit::GroupCommit;
@@ -148,7 +149,15 @@ pub struct Leader {
     pub writes: GroupCommit,
     /// Leadership confirmations (read index, lease keep-alives), many to a quorum round.
     pub confirmations: ReadRounds,
+    /// `--strict-reconfig-check`: refuse changes that would leave fewer started voters than a quorum, or
+    /// that need members not reachable for [`HEALTH_INTERVAL`].
+    pub strict_reconfig_check: bool,
+    /// Since when each peer has answered this member's Raft messages.
+    pub connectivity: Connectivity,
 }
+
+/// etcd's `HealthInterval`: how long the members a change needs must have been reachable.
+const HEALTH_INTERVAL: Duration = Duration::from_secs(5);
 
 /// etcd's `maxLearners`: how many learners a cluster may have at once.
 const MAX_LEARNERS: usize = 1;
@@ -222,6 +231,8 @@ impl Leader {
                     return Err(Error::MemberNotFound);
                 }
                 let change = if membership.voter_ids().any(|v| v == id) {
+                    self.check_started_quorum(&membership, None, Some(id))?;
+                    self.check_active_quorum_without(&membership, id)?;
                     ChangeMembers::RemoveVoters(BTreeSet::from([id]))
                 } else {
                     ChangeMembers::RemoveNodes(BTreeSet::from([id]))
@@ -246,6 +257,8 @@ impl Leader {
                 if !self.caught_up(id, LEARNER_READY_SHARE) {
                     return Err(Error::LearnerNotReady);
                 }
+                let started = membership.get_node(&id).is_some_and(|node| !node.name.is_empty());
+                self.check_started_quorum(&membership, Some(started), None)?;
                 self.change(ChangeMembers::AddVoterIds(BTreeSet::from([id])), None).await
             }
             LeaderRequest::Publish { id, name, client_urls } => {
@@ -328,12 +341,112 @@ impl Leader {
             return Err(Error::MemberExists);
         }
         let node = MemberNode { name: String::new(), peer_urls, client_urls: Vec::new() };
-        let change = if is_learner {
-            ChangeMembers::AddNodes(BTreeMap::from([(id, node)]))
+        if is_learner {
+            self.check_voters_connected(&membership)?;
+            return self.change(ChangeMembers::AddNodes(BTreeMap::from([(id, node)])), Some(id)).await;
+        }
+        self.check_started_quorum(&membership, Some(false), None)?;
+        self.check_voters_connected(&membership)?;
+        self.add_voter(id, node).await
+    }
+
+    /// etcd's `--strict-reconfig-check` rule: after adding a voter (`added`: whether it has started) or
+    /// removing one, the started voters (those that published their name) must still make a quorum of
+    /// the voters. A one-member cluster may always grow to two.
+    fn check_started_quorum(
+        &self,
+        membership: &Membership<NodeId, MemberNode>,
+        added: Option<bool>,
+        removed: Option<NodeId>,
+    ) -> Result<(), Error> {
+        if !self.strict_reconfig_check {
+            return Ok(());
+        }
+        let voters: Vec<NodeId> = membership.voter_ids().filter(|id| Some(*id) != removed).collect();
+        let started = |id: &NodeId| membership.get_node(id).is_some_and(|node| !node.name.is_empty());
+        let mut members = voters.len();
+        let mut up = voters.iter().filter(|id| started(id)).count();
+        if let Some(added_started) = added {
+            if up == 1 && members == 1 {
+                return Ok(());
+            }
+            members += 1;
+            up += usize::from(added_started);
+        }
+        if up < members / 2 + 1 {
+            return Err(Error::NotEnoughStartedMembers);
+        }
+        Ok(())
+    }
+
+    /// etcd's check before an add: every other voter reachable for [`HEALTH_INTERVAL`].
+    fn check_voters_connected(&self, membership: &Membership<NodeId, MemberNode>) -> Result<(), Error> {
+        if !self.strict_reconfig_check {
+            return Ok(());
+        }
+        let Some(at) = Instant::now().checked_sub(HEALTH_INTERVAL) else { return Ok(()) };
+        let connected = |id: NodeId| id == self.member_id || self.connectivity.connected_since(id, at);
+        if membership.voter_ids().all(connected) {
+            Ok(())
         } else {
-            ChangeMembers::AddVoters(BTreeMap::from([(id, node)]))
-        };
-        self.change(change, Some(id)).await
+            Err(Error::Unhealthy)
+        }
+    }
+
+    /// etcd's check before removing voter `id`: a peer that is down may go; otherwise the voters still
+    /// reachable for [`HEALTH_INTERVAL`] without it must make a quorum of those that remain.
+    fn check_active_quorum_without(
+        &self,
+        membership: &Membership<NodeId, MemberNode>,
+        id: NodeId,
+    ) -> Result<(), Error> {
+        if !self.strict_reconfig_check || (id != self.member_id && self.connectivity.active_since(id).is_none()) {
+            return Ok(());
+        }
+        let Some(at) = Instant::now().checked_sub(HEALTH_INTERVAL) else { return Ok(()) };
+        let voters: Vec<NodeId> = membership.voter_ids().collect();
+        let active =
+            voters.iter().filter(|v| **v == self.member_id || self.connectivity.connected_since(**v, at)).count();
+        if active.saturating_sub(1) < 1 + (voters.len() - 1) / 2 {
+            return Err(Error::Unhealthy);
+        }
+        Ok(())
+    }
+
+    /// Adds a voter whose process may not run yet, answering as soon as the leader has written the new
+    /// membership to its log, as etcd answers once the change is applied. etcd commits a membership change
+    /// with the old configuration's quorum; openraft's joint consensus needs the new one's too, which may
+    /// need the new member itself (one member growing to two): the change then completes in the
+    /// background once the member starts, and the cluster waits for it meanwhile, as etcd's does.
+    async fn add_voter(&self, id: NodeId, node: MemberNode) -> Result<LeaderReply, Error> {
+        let raft = self.raft.clone();
+        let mut change = tokio::spawn(async move {
+            let outcome = raft.change_membership(ChangeMembers::AddVoters(BTreeMap::from([(id, node)])), false).await;
+            if let Err(err) = &outcome {
+                warn!(member = format!("{id:x}"), %err, "adding the member did not complete");
+            }
+            outcome
+        });
+        let mut metrics = self.raft.metrics();
+        let written = metrics.wait_for(|m| m.membership_config.membership().get_node(&id).is_some());
+        tokio::select! {
+            outcome = &mut change => {
+                let written = outcome.map_err(|_| Error::Stopped)?.map_err(submitted_error)?;
+                let members = match &written.membership {
+                    Some(membership) => list_members(membership),
+                    None => members(&self.raft),
+                };
+                let added = members.iter().find(|m| m.id == id).cloned();
+                Ok(LeaderReply::Members { index: written.log_id.index, added, members })
+            }
+            seen = written => {
+                seen.map_err(|_| Error::Stopped)?;
+                let members = members(&self.raft);
+                let added = members.iter().find(|m| m.id == id).cloned();
+                // Nothing to wait for on the asking member: the change is not committed yet.
+                Ok(LeaderReply::Members { index: 0, added, members })
+            }
+        }
     }
 
     async fn change(

@@ -10,6 +10,7 @@
 //! - [`typ`]: the openraft type configuration and aliases.
 //! - [`storage`]: the sled log store, the sled [`kv_api::Backend`] and the state machine (with snapshots).
 //! - [`dial`]: how this member dials its peers (own peer IP, TLS for `https://`).
+//! - [`connectivity`]: since when each peer has answered without a break (for `--strict-reconfig-check`).
 //! - [`network`]: outbound Raft RPC to peers (tonic, `raftpb`).
 //! - [`peer_service`]: inbound Raft RPC from peers.
 //! - [`probe`]: timing round trips to every peer, as etcd's prober.
@@ -36,6 +37,7 @@ pub mod authority;
 pub mod bootstrap;
 pub mod cli;
 pub mod config;
+pub mod connectivity;
 pub mod consensus;
 pub mod corrupt_check;
 pub mod dial;

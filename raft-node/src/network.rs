@@ -21,6 +21,7 @@ use serde::de::DeserializeOwned;
 use serde::Serialize;
 use tonic::transport::Channel;
 
+use crate::connectivity::Connectivity;
 use crate::dial::PeerDialer;
 use crate::storage::{decode, encode};
 use crate::typ::{MemberNode, NodeId, TypeConfig};
@@ -29,13 +30,15 @@ use crate::typ::{MemberNode, NodeId, TypeConfig};
 #[derive(Clone, Debug, Default)]
 pub struct PeerNetwork {
     dialer: PeerDialer,
+    /// Which peers answer, for `--strict-reconfig-check`.
+    connectivity: Connectivity,
     /// The channel to each peer URL, made on first use.
     channels: Arc<Mutex<HashMap<String, Channel>>>,
 }
 
 impl PeerNetwork {
-    pub fn new(dialer: PeerDialer) -> Self {
-        PeerNetwork { dialer, channels: Arc::default() }
+    pub fn new(dialer: PeerDialer, connectivity: Connectivity) -> Self {
+        PeerNetwork { dialer, connectivity, channels: Arc::default() }
     }
 
     /// The shared channel to `url`, or `None` when it cannot be dialled.
@@ -55,6 +58,7 @@ pub struct PeerClient {
     target: NodeId,
     node: MemberNode,
     client: Option<RaftPeerClient<Channel>>,
+    connectivity: Connectivity,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -72,7 +76,7 @@ impl RaftNetworkFactory<TypeConfig> for PeerNetwork {
         let client = node.peer_urls.first().and_then(|url| self.channel(url)).map(|channel| {
             RaftPeerClient::new(channel).max_decoding_message_size(usize::MAX).max_encoding_message_size(usize::MAX)
         });
-        PeerClient { target, node: node.clone(), client }
+        PeerClient { target, node: node.clone(), client, connectivity: self.connectivity.clone() }
     }
 }
 
@@ -88,7 +92,16 @@ impl PeerClient {
         &self,
         reply: Result<tonic::Response<raftpb::RaftMessage>, tonic::Status>,
     ) -> RpcResult<T, E> {
-        let message = reply.map_err(|status| RPCError::Unreachable(Unreachable::new(&status)))?.into_inner();
+        let message = match reply {
+            Ok(reply) => {
+                self.connectivity.answered(self.target);
+                reply.into_inner()
+            }
+            Err(status) => {
+                self.connectivity.failed(self.target);
+                return Err(RPCError::Unreachable(Unreachable::new(&status)));
+            }
+        };
         let result: Result<T, E> = decode(&message.payload)
             .map_err(|e| RPCError::Network(NetworkError::new(&PeerError::Codec(e.to_string()))))?;
         result.map_err(|e| RPCError::RemoteError(RemoteError::new_with_node(self.target, self.node.clone(), e)))

@@ -107,7 +107,8 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> anyhow::
     }
     .validate()
     .context("invalid Raft timing (heartbeat interval must be below the election timeout)")?;
-    let network = PeerNetwork::new(dialer.clone());
+    let connectivity = crate::connectivity::Connectivity::default();
+    let network = PeerNetwork::new(dialer.clone(), connectivity.clone());
     let raft = Raft::new(identity.member_id, Arc::new(raft_config), network.clone(), log_store, state_machine)
         .await
         .context("starting Raft")?;
@@ -142,6 +143,8 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> anyhow::
         deadlines: Arc::new(LeaseDeadlines::new(election)),
         writes: GroupCommit::start(raft.clone()),
         confirmations: Leader::confirmation_rounds(&raft),
+        strict_reconfig_check: config.clustering.strict_reconfig_check,
+        connectivity,
     };
     let consensus = Arc::new(RaftConsensus::new(leader.clone()).with_snapshot_dir(member_dir.clone()));
     let api = ApiConfig {
@@ -208,7 +211,7 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> anyhow::
         pb::maintenance_server::MaintenanceServer::new(MaintenanceService::new(consensus.clone(), store.clone(), api))
             .max_decoding_message_size(usize::MAX)
             .max_encoding_message_size(usize::MAX);
-    let cluster = pb::cluster_server::ClusterServer::new(ClusterService::new(consensus.clone()))
+    let cluster = pb::cluster_server::ClusterServer::new(ClusterService::new(consensus.clone(), store.clone()))
         .max_decoding_message_size(usize::MAX);
     let (_health_reporter, health) = tonic_health::server::health_reporter();
     let http = HttpLayer::new(Endpoints {

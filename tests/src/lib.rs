@@ -22,6 +22,7 @@
 //! - [`grpc`]: pulls the gRPC code and message out of an `etcd_client::Error`.
 //! - [`normalize`]: masks member-specific values (IDs, ports, terms, timings) so that the outputs of
 //!   two different servers can be compared line by line.
+//! - [`spawned`]: a server process started with exactly the flags, variables and files a test gives.
 //! - [`table`]: parses etcdctl's `-w table` output and checks its layout.
 //! - [`tls`]: test certificates (`openssl`) and a cluster with TLS on every URL.
 
@@ -36,6 +37,7 @@ pub mod member;
 pub mod normalize;
 mod process;
 pub mod server;
+pub mod spawned;
 pub mod table;
 pub mod tls;
 

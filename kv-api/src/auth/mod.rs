@@ -451,6 +451,20 @@ pub async fn caller<C: Consensus>(consensus: &C, store: &SharedStore, token: Opt
     store.read().auth().resolve(token)
 }
 
+/// etcd's admin check for a request: nothing while auth is disabled; otherwise its token's user must hold
+/// the root role (`etcdserver: user name is empty` without a token, `permission denied` without root).
+pub async fn require_admin<C: Consensus>(
+    consensus: &C,
+    store: &SharedStore,
+    metadata: &tonic::metadata::MetadataMap,
+) -> Result<()> {
+    let token = token_of(metadata);
+    match caller(consensus, store, token.as_deref()).await? {
+        Some(caller) => store.read().auth().check_admin(&caller),
+        None => Ok(()),
+    }
+}
+
 /// `cmd` as proposed for `caller`: wrapped while auth is enabled, so that apply checks it.
 pub fn as_caller(caller: Option<Caller>, cmd: Command) -> Command {
     match caller {

@@ -5,22 +5,27 @@ use std::sync::Arc;
 use proto::etcdserverpb as pb;
 use tonic::{Request, Response, Status};
 
-use crate::consensus::Consensus;
+use crate::consensus::{Consensus, SharedStore};
 
 pub struct ClusterService<C> {
     consensus: Arc<C>,
+    store: SharedStore,
 }
 
 impl<C: Consensus> ClusterService<C> {
-    pub fn new(consensus: Arc<C>) -> Self {
-        Self { consensus }
+    pub fn new(consensus: Arc<C>, store: SharedStore) -> Self {
+        Self { consensus, store }
     }
-}
 
-impl<C: Consensus> ClusterService<C> {
     /// etcd's Cluster service headers carry no revision.
     fn header(&self) -> Option<pb::ResponseHeader> {
         Some(self.consensus.header())
+    }
+
+    /// Membership changes need the root role while auth is enabled (etcd's
+    /// `checkMembershipOperationPermission`; its errors mapped as every Cluster error is).
+    async fn check_admin<T>(&self, request: &Request<T>) -> Result<(), Status> {
+        Ok(crate::auth::require_admin(&*self.consensus, &self.store, request.metadata()).await?)
     }
 }
 
@@ -30,6 +35,7 @@ impl<C: Consensus> pb::cluster_server::Cluster for ClusterService<C> {
         &self,
         request: Request<pb::MemberAddRequest>,
     ) -> Result<Response<pb::MemberAddResponse>, Status> {
+        self.check_admin(&request).await?;
         let req = request.into_inner();
         let (member, members) = self.consensus.member_add(req.peer_ur_ls, req.is_learner).await?;
         Ok(Response::new(pb::MemberAddResponse { header: self.header(), member: Some(member), members }))
@@ -39,6 +45,7 @@ impl<C: Consensus> pb::cluster_server::Cluster for ClusterService<C> {
         &self,
         request: Request<pb::MemberRemoveRequest>,
     ) -> Result<Response<pb::MemberRemoveResponse>, Status> {
+        self.check_admin(&request).await?;
         let members = self.consensus.member_remove(request.into_inner().id).await?;
         Ok(Response::new(pb::MemberRemoveResponse { header: self.header(), members }))
     }
@@ -47,6 +54,7 @@ impl<C: Consensus> pb::cluster_server::Cluster for ClusterService<C> {
         &self,
         request: Request<pb::MemberUpdateRequest>,
     ) -> Result<Response<pb::MemberUpdateResponse>, Status> {
+        self.check_admin(&request).await?;
         let req = request.into_inner();
         let members = self.consensus.member_update(req.id, req.peer_ur_ls).await?;
         Ok(Response::new(pb::MemberUpdateResponse { header: self.header(), members }))
@@ -63,6 +71,7 @@ impl<C: Consensus> pb::cluster_server::Cluster for ClusterService<C> {
         &self,
         request: Request<pb::MemberPromoteRequest>,
     ) -> Result<Response<pb::MemberPromoteResponse>, Status> {
+        self.check_admin(&request).await?;
         let members = self.consensus.member_promote(request.into_inner().id).await?;
         Ok(Response::new(pb::MemberPromoteResponse { header: self.header(), members }))
     }

@@ -1,0 +1,201 @@
+//! A member started the way operators deploy etcd: kubeadm's static-pod flags with certificates, a
+//! config file, `ETCD_*` variables, probes on the metrics URL; and flags it cannot honour refused in
+//! one line. These run our binary only: etcd 3.4.23 has neither `/livez` nor `/readyz`.
+
+use std::time::{Duration, Instant};
+
+use anyhow::Context;
+use tests::http::{self, Metrics};
+use tests::spawned::{free_ports, Spawned};
+use tests::tls::Certs;
+use tests::{Cluster, ServerKind};
+
+const START_TIMEOUT: Duration = Duration::from_secs(30);
+
+fn ours() -> anyhow::Result<std::path::PathBuf> {
+    ServerKind::Ours.binary()
+}
+
+/// Polls `path` on `url` until it answers `status`, for up to `timeout`; the last answer.
+async fn http_until(url: &str, path: &str, status: u16, timeout: Duration) -> anyhow::Result<http::HttpResponse> {
+    let deadline = Instant::now() + timeout;
+    loop {
+        match http::get(url, path).await {
+            Ok(answer) if answer.status == status => return Ok(answer),
+            Ok(answer) if Instant::now() > deadline => {
+                anyhow::bail!("{path}: {} {:?} after {timeout:?}, want {status}", answer.status, answer.body)
+            }
+            Err(err) if Instant::now() > deadline => return Err(err.context(format!("{path} within {timeout:?}"))),
+            _ => tokio::time::sleep(Duration::from_millis(100)).await,
+        }
+    }
+}
+
+/// kubeadm's stacked-etcd command (`--experimental-*` names of its etcd 3.5 generation), unchanged, with
+/// certificates made as kubeadm makes them: the member starts, the probes kubelet sends to the metrics
+/// URL answer `ok`, and etcdctl with a client certificate writes through the TLS client URL.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kubeadms_manifest_starts_a_member_and_its_probes_pass() -> anyhow::Result<()> {
+    let certs = Certs::make()?;
+    let dir = tempfile::tempdir()?;
+    let [client, peer, metrics] = free_ports(3)?[..] else { unreachable!("three ports") };
+    let client_url = format!("https://127.0.0.1:{client}");
+    let peer_url = format!("https://127.0.0.1:{peer}");
+    let metrics_url = format!("http://127.0.0.1:{metrics}");
+    let args: Vec<String> = [
+        format!("--advertise-client-urls={client_url}"),
+        format!("--cert-file={}", certs.path("member.crt")),
+        "--client-cert-auth=true".into(),
+        format!("--data-dir={}", dir.path().join("etcd").display()),
+        "--experimental-initial-corrupt-check=true".into(),
+        "--experimental-watch-progress-notify-interval=5s".into(),
+        format!("--initial-advertise-peer-urls={peer_url}"),
+        format!("--initial-cluster=m1={peer_url}"),
+        format!("--key-file={}", certs.path("member.key")),
+        format!("--listen-client-urls=https://127.0.0.1:{client}"),
+        format!("--listen-metrics-urls={metrics_url}"),
+        format!("--listen-peer-urls={peer_url}"),
+        "--name=m1".into(),
+        format!("--peer-cert-file={}", certs.path("member.crt")),
+        "--peer-client-cert-auth=true".into(),
+        format!("--peer-key-file={}", certs.path("member.key")),
+        format!("--peer-trusted-ca-file={}", certs.path("ca.crt")),
+        "--snapshot-count=10000".into(),
+        format!("--trusted-ca-file={}", certs.path("ca.crt")),
+    ]
+    .into();
+    let mut member = Spawned::start(&ours()?, dir.path(), &args, &[])?;
+    member.wait_for_log("ready to serve client requests", START_TIMEOUT).await?;
+
+    let readyz = http_until(&metrics_url, "/readyz", 200, START_TIMEOUT).await?;
+    assert_eq!(readyz.body, "ok\n");
+    assert_eq!(readyz.header("content-type"), Some("text/plain; charset=utf-8"));
+    let livez = http::get(&metrics_url, "/livez").await?;
+    assert_eq!((livez.status, livez.body.as_str()), (200, "ok\n"));
+    let verbose = http::get(&metrics_url, "/readyz?verbose").await?;
+    assert_eq!(
+        verbose.body,
+        "[+]data_corruption ok\n[+]serializable_read ok\n[+]linearizable_read ok\n[+]non_learner ok\nok\n"
+    );
+    let excluded = http::get(&metrics_url, "/readyz?verbose&exclude=non_learner&exclude=data_corruption").await?;
+    assert_eq!(excluded.body, "[+]serializable_read ok\n[+]linearizable_read ok\nok\n");
+    let one = http::get(&metrics_url, "/readyz/linearizable_read?verbose").await?;
+    assert_eq!((one.status, one.body.as_str()), (200, "[+]linearizable_read ok\nok\n"));
+    let post = http::request(&metrics_url, "POST", "/livez", Some("")).await?;
+    assert_eq!((post.status, post.header("allow")), (405, Some("GET")));
+    assert_eq!(http::get(&metrics_url, "/livez/linearizable_read").await?.status, 404, "not a livez check");
+    // The metrics URL serves the probes and metrics only, not the gateway.
+    assert_eq!(http::request(&metrics_url, "POST", "/v3/kv/range", Some("{}")).await?.status, 404);
+    let scraped = Metrics::parse(&http::get(&metrics_url, "/metrics").await?.body)?;
+    assert!(scraped.value("etcd_server_healthcheck", &[("type", "readyz"), ("name", "linearizable_read")]) == 1.0);
+    let runs = [("type", "readyz"), ("name", "non_learner"), ("status", "success")];
+    assert!(scraped.value("etcd_server_healthchecks_total", &runs) >= 2.0, "{runs:?}");
+
+    let mut flags = certs.client_flags();
+    flags.extend(["put".into(), "kubeadm".into(), "ok".into()]);
+    let flags: Vec<&str> = flags.iter().map(String::as_str).collect();
+    let put = tests::etcdctl::run(&client_url, &flags, None).await?;
+    assert_eq!(put.clone().ok()?, "OK\n", "{put:?}\n{}", member.log());
+    for line in
+        ["starting an etcd server", "serving peer traffic", "serving metrics", "now serving peer/client/metrics"]
+    {
+        assert!(member.log().contains(line), "log line {line:?} missing:\n{}", member.log());
+    }
+    assert!(member.log().contains("serving client traffic securely"));
+    Ok(())
+}
+
+/// A member cut off from its quorum (the other two paused) stays live but is no longer ready, and says
+/// which check failed; it is ready again once they are back.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_member_cut_off_from_its_quorum_is_live_but_not_ready() -> anyhow::Result<()> {
+    let mut cluster = Cluster::start(3).await?;
+    cluster.leader().await?;
+    let url = cluster.member(0).client_url();
+    assert_eq!(http_until(&url, "/readyz", 200, START_TIMEOUT).await?.body, "ok\n");
+    cluster.member_mut(1).pause()?;
+    cluster.member_mut(2).pause()?;
+    let unready = http_until(&url, "/readyz", 503, START_TIMEOUT).await?;
+    assert!(unready.body.contains("[-]linearizable_read failed: etcdserver: "), "{:?}", unready.body);
+    assert!(unready.body.contains("[+]serializable_read ok\n"), "{:?}", unready.body);
+    assert!(unready.body.contains("[+]data_corruption ok\n"), "{:?}", unready.body);
+    let live = http::get(&url, "/livez").await?;
+    assert_eq!((live.status, live.body.as_str()), (200, "ok\n"), "restarting would not bring the quorum back");
+    assert_eq!(http::get(&url, "/readyz?exclude=linearizable_read").await?.status, 200);
+    cluster.member_mut(1).resume()?;
+    cluster.member_mut(2).resume()?;
+    http_until(&url, "/readyz", 200, START_TIMEOUT).await?;
+    Ok(())
+}
+
+/// The same member from an etcd YAML config file (which wins over flags and variables, as in etcd), and
+/// from `ETCD_*` variables alone, as a systemd unit sets them.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_config_file_or_etcd_variables_start_a_member() -> anyhow::Result<()> {
+    let dir = tempfile::tempdir()?;
+    let [client, peer] = free_ports(2)?[..] else { unreachable!("two ports") };
+    let config = format!(
+        "name: from-file\ndata-dir: {data}\nlisten-client-urls: http://127.0.0.1:{client}\n\
+         advertise-client-urls: http://127.0.0.1:{client}\nlisten-peer-urls: http://127.0.0.1:{peer}\n\
+         initial-advertise-peer-urls: http://127.0.0.1:{peer}\ninitial-cluster: from-file=http://127.0.0.1:{peer}\n\
+         initial-cluster-token: file-token\nsnapshot-count: 10000\nlog-outputs: [stderr]\n",
+        data = dir.path().join("file.etcd").display()
+    );
+    std::fs::write(dir.path().join("etcd.yaml"), config)?;
+    let args = vec!["--config-file=etcd.yaml".to_string(), "--name=ignored".to_string()];
+    let mut member = Spawned::start(&ours()?, dir.path(), &args, &[("ETCD_NAME", "ignored-too")])?;
+    member.wait_for_log("ready to serve client requests", START_TIMEOUT).await?;
+    let list = tests::etcdctl::run(&format!("127.0.0.1:{client}"), &["member", "list"], None).await?.ok()?;
+    assert!(list.contains(", started, from-file, "), "{list}");
+    drop(member);
+
+    let env_dir = tempfile::tempdir()?;
+    let [client, peer] = free_ports(2)?[..] else { unreachable!("two ports") };
+    let (client_url, peer_url) = (format!("http://127.0.0.1:{client}"), format!("http://127.0.0.1:{peer}"));
+    let cluster = format!("from-env={peer_url}");
+    let env = [
+        ("ETCD_NAME", "from-env"),
+        ("ETCD_LISTEN_CLIENT_URLS", client_url.as_str()),
+        ("ETCD_ADVERTISE_CLIENT_URLS", client_url.as_str()),
+        ("ETCD_LISTEN_PEER_URLS", peer_url.as_str()),
+        ("ETCD_INITIAL_ADVERTISE_PEER_URLS", peer_url.as_str()),
+        ("ETCD_INITIAL_CLUSTER", cluster.as_str()),
+        ("ETCD_STRICT_RECONFIG_CHECK", "false"),
+        ("ETCD_MAX_WALS", "0"),
+    ];
+    let mut member = Spawned::start(&ours()?, env_dir.path(), &[], &env)?;
+    member.wait_for_log("ready to serve client requests", START_TIMEOUT).await?;
+    let list = tests::etcdctl::run(&format!("127.0.0.1:{client}"), &["member", "list"], None).await?.ok()?;
+    assert!(list.contains(", started, from-env, "), "{list}");
+    assert!(env_dir.path().join("from-env.etcd").is_dir(), "the data dir defaults to <name>.etcd");
+    // A tuning flag with nothing to act on here is said so in the log.
+    assert!(member.log().contains("--max-wals has no effect here"), "{}", member.log());
+    Ok(())
+}
+
+/// Bad flags, files and features this member does not have stop it at once with one line naming the
+/// problem, never a silent start.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn flags_it_cannot_honour_stop_it_with_one_line() -> anyhow::Result<()> {
+    let dir = tempfile::tempdir()?;
+    std::fs::write(dir.path().join("bad.yaml"), "snapshot-count: [1, [2]]\n")?;
+    let cases: [(&[&str], i32, &str); 6] = [
+        (&["--no-such-flag"], 2, "raft-node: unexpected argument '--no-such-flag' found"),
+        (&["--snapshot-count=many"], 2, "raft-node: invalid value 'many' for '--snapshot-count <SNAPSHOT_COUNT>'"),
+        (&["--enable-v2=true"], 1, "raft-node: --enable-v2=true is not supported: the v2 API is not served"),
+        (&["--discovery-srv=example.com"], 1, "raft-node: --discovery-srv is not supported: DNS discovery"),
+        (&["--config-file=bad.yaml"], 2, "raft-node: the config file bad.yaml has a bad value for \"snapshot-count\""),
+        (&["--config-file=missing.yaml"], 2, "raft-node: cannot read the config file missing.yaml"),
+    ];
+    for (args, code, line) in cases {
+        let args: Vec<String> = args.iter().map(|a| a.to_string()).collect();
+        let mut member = Spawned::start(&ours()?, dir.path(), &args, &[])?;
+        let exit = member.wait_exit(Duration::from_secs(10)).await?;
+        let log = member.log();
+        assert_eq!(exit, Some(code), "{args:?}: {log}");
+        assert_eq!(log.lines().count(), 1, "{args:?}: one line, not {log:?}");
+        assert!(log.starts_with(line), "{args:?}: {log:?}");
+        std::fs::remove_file(dir.path().join("raft-node.log")).context("log")?;
+    }
+    Ok(())
+}
