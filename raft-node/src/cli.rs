@@ -30,6 +30,10 @@ pub async fn main() -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
+    if let Err(err) = config.tls.policy() {
+        eprintln!("raft-node: {err:#}");
+        return ExitCode::FAILURE;
+    }
     if let Err(err) = crate::logging::init(&crate::logging::LogSettings::from_config(&config)) {
         eprintln!("raft-node: cannot open the log output {:?}: {err}", config.log_outputs);
         return ExitCode::FAILURE;

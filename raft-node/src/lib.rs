@@ -21,6 +21,7 @@
 //! - [`read_index`]: read index rounds shared by many linearizable reads.
 //! - [`consensus`]: [`kv_api::Consensus`] on openraft: local on the leader, forwarded elsewhere.
 //! - [`tls`]: etcd's TLS flags; `https://` client and peer listeners.
+//! - [`cert_identity`]: a client certificate's Common Name as the user of requests without a token.
 //! - [`authority`]: accepting the `:authority` etcdctl sends when it dials a member by URL.
 //! - [`http`]: HTTP on the client port beside gRPC: `/health`, `/version`, `/metrics`; the metrics URLs.
 //! - [`health`]: `/livez` and `/readyz`, as etcd 3.6.
@@ -35,6 +36,7 @@
 
 pub mod authority;
 pub mod bootstrap;
+pub mod cert_identity;
 pub mod cli;
 pub mod config;
 pub mod connectivity;

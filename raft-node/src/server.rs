@@ -30,6 +30,7 @@ use tokio_stream::StreamExt;
 use tracing::{info, warn};
 
 use crate::authority::AuthorityFix;
+use crate::cert_identity::CertIdentityLayer;
 use crate::config::{socket_addr, Config};
 use crate::consensus::{request_timeout, RaftConsensus};
 use crate::dial::PeerDialer;
@@ -334,6 +335,7 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> anyhow::
                 // etcd serves HTTP (health, version, metrics) on the same port as gRPC.
                 .accept_http1(true)
                 .layer(http.for_listener(Routes::Client, tls.is_some()))
+                .layer(CertIdentityLayer { enabled: config.tls.client_cert_auth })
                 .layer(tonic::service::InterceptorLayer::new(require_leader.clone()))
                 .layer(GrpcMetricsLayer)
                 .add_service(MessageLimit::new(kv.clone(), max_message))

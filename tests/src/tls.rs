@@ -44,6 +44,28 @@ impl Certs {
         Ok(Certs { dir })
     }
 
+    /// A certificate revocation list from the CA that revokes `client.crt` (`crl.pem`), made with
+    /// `openssl ca`; answers its path.
+    pub fn revoke_client(&self) -> anyhow::Result<String> {
+        let config = "[ca]\ndefault_ca = ca_default\n[ca_default]\ndatabase = index.txt\ndefault_md = sha256\n\
+                      default_crl_days = 2\ncrlnumber = crlnumber\n";
+        std::fs::write(self.dir.path().join("ca.cnf"), config)?;
+        std::fs::write(self.dir.path().join("index.txt"), "")?;
+        // With a CRL number the list is a version 2 CRL, as CAs write them.
+        std::fs::write(self.dir.path().join("crlnumber"), "01\n")?;
+        let steps = [
+            "openssl ca -config ca.cnf -keyfile ca.key -cert ca.crt -revoke client.crt",
+            "openssl ca -config ca.cnf -keyfile ca.key -cert ca.crt -gencrl -out crl.pem",
+        ];
+        for step in steps {
+            let out = Command::new("sh").arg("-c").arg(step).current_dir(self.dir.path()).output().context("run sh")?;
+            if !out.status.success() {
+                bail!("{step}: {}", String::from_utf8_lossy(&out.stderr));
+            }
+        }
+        Ok(self.path("crl.pem"))
+    }
+
     /// The path of one of the files: `ca.crt`, `other-ca.crt`, `member.crt`, `member.key`, `client.crt`,
     /// `client.key`.
     pub fn path(&self, name: &str) -> String {
@@ -142,7 +164,8 @@ impl TlsCluster {
     }
 }
 
-fn member_tls_flags(certs: &Certs) -> Vec<String> {
+/// The TLS flags of a member with client and peer certificate auth, as the TLS cluster and kubeadm set them.
+pub fn member_tls_flags(certs: &Certs) -> Vec<String> {
     let file = |flag: &str, name: &str| format!("--{flag}={}", certs.path(name));
     vec![
         file("cert-file", "member.crt"),

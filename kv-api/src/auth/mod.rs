@@ -44,6 +44,13 @@ pub const ROOT: &str = "root";
 /// The metadata key clients send their token under, and the gateway's (swagger) one.
 pub const TOKEN_METADATA: &str = "token";
 pub const TOKEN_METADATA_GATEWAY: &str = "authorization";
+/// The Common Name of the request's verified client certificate, set by the member's TLS listener (which
+/// drops any value a client sends) when `--client-cert-auth` is on: etcd's user for requests without a
+/// token.
+pub const CERT_COMMON_NAME_METADATA: &str = "kv-cert-common-name";
+/// How a certificate's Common Name travels as a credential inside this member. A control character, so
+/// no token a client sends (gRPC metadata is printable ASCII) can look like one.
+const CERT_USER_PREFIX: &str = "\u{1}cn:";
 
 const KEY_ENABLED: &[u8] = b"enabled";
 const KEY_REVISION: &[u8] = b"revision";
@@ -190,6 +197,9 @@ impl AuthStore {
         let Some(token) = token else {
             return Ok(Some(Caller::default()));
         };
+        if let Some(common_name) = token.strip_prefix(CERT_USER_PREFIX) {
+            return Ok(Some(Caller { user: common_name.to_string(), auth_revision: self.revision }));
+        }
         let user = self.tokens.user(token).ok_or(Error::InvalidAuthToken)?;
         Ok(Some(Caller { user, auth_revision: self.revision }))
     }
@@ -430,13 +440,13 @@ impl AuthStore {
     }
 }
 
-/// The token a request carries: the `token` metadata, or the gateway's `authorization` header.
+/// The credential a request carries: the `token` metadata, or the gateway's `authorization` header, or,
+/// without either, the Common Name of its verified client certificate (as etcd's `AuthInfoFromTLS`).
 pub fn token_of(metadata: &tonic::metadata::MetadataMap) -> Option<String> {
-    [TOKEN_METADATA, TOKEN_METADATA_GATEWAY]
-        .iter()
-        .find_map(|key| metadata.get(*key))
-        .and_then(|value| value.to_str().ok())
-        .map(str::to_string)
+    let text = |key: &str| metadata.get(key).and_then(|value| value.to_str().ok()).map(str::to_string);
+    text(TOKEN_METADATA).or_else(|| text(TOKEN_METADATA_GATEWAY)).or_else(|| {
+        text(CERT_COMMON_NAME_METADATA).filter(|cn| !cn.is_empty()).map(|cn| format!("{CERT_USER_PREFIX}{cn}"))
+    })
 }
 
 /// Resolves a request's token to its caller (`None` while auth is disabled). A token this member does not

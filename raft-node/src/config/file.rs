@@ -149,7 +149,7 @@ mod tests {
     fn bad_files_are_named_with_the_problem() {
         let file = tempfile::NamedTempFile::new().expect("temp file");
         std::fs::write(file.path(), "name: [a, {b: c}]\n").expect("write");
-        let err = flags_of(file.path()).err().expect("refused").to_string();
+        let err = flags_of(file.path()).expect_err("refused").to_string();
         assert!(err.contains("bad value for \"name\""), "{err}");
         std::fs::write(file.path(), "- a\n- b\n").expect("write");
         assert!(matches!(flags_of(file.path()), Err(FileError::NotAMapping { .. })));

@@ -361,7 +361,7 @@ mod tests {
         assert!(!config.clustering.strict_reconfig_check);
         assert_eq!(config.ignored_file_keys, ["bogus"]);
         std::fs::write(&path, "snapshot-count: many\n").expect("write");
-        let err = Config::load(["raft-node", path_flag.as_str()]).err().expect("refused");
+        let err = Config::load(["raft-node", path_flag.as_str()]).expect_err("refused");
         assert!(err.one_line().contains("'many'") && !err.one_line().contains('\n'), "{}", err.one_line());
     }
 

@@ -30,6 +30,7 @@ mod maintenance_quota;
 mod membership_rules;
 mod snapshot;
 mod tls;
+mod tls_policy;
 mod util;
 mod watch_client;
 mod watch_cluster;

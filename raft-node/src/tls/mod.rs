@@ -14,32 +14,32 @@
 //! Handshakes are done here (rustls), not by tonic: the client listener rewrites HTTP/2 header blocks
 //! ([`crate::authority`]), which must see the decrypted stream.
 
-use std::io;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
-use std::pin::Pin;
 use std::sync::Arc;
-use std::task::{Context, Poll};
-use std::time::Duration;
 
 use anyhow::{bail, Context as _};
 use rustls::pki_types::pem::PemObject;
-use rustls::pki_types::{CertificateDer, PrivateKeyDer};
+use rustls::pki_types::{CertificateDer, CertificateRevocationListDer, PrivateKeyDer};
 use rustls::server::WebPkiClientVerifier;
 use rustls::{ClientConfig, RootCertStore, ServerConfig};
-use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
-use tokio::net::{TcpListener, TcpStream};
-use tokio::sync::mpsc;
-use tokio_rustls::server::TlsStream;
 use tokio_rustls::TlsAcceptor;
-use tokio_stream::wrappers::ReceiverStream;
-use tonic::transport::server::Connected;
-use tracing::warn;
 
-/// How long a client may take to finish its TLS handshake before the connection is dropped.
-const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
-/// Handshaken connections waiting for the server to take them.
-const ACCEPT_QUEUE: usize = 64;
+mod accept;
+pub mod names;
+pub mod policy;
+
+pub use accept::{accept, TlsConn, TlsConnectInfo};
+use names::NameRule;
+use policy::TlsPolicy;
+
+/// What an `https://` listener needs: the handshake's configuration and the rule on client certificate
+/// names.
+#[derive(Clone)]
+pub struct TlsListen {
+    acceptor: TlsAcceptor,
+    rule: NameRule,
+}
 
 /// etcd's TLS flags.
 #[derive(Clone, Debug, Default, clap::Args)]
@@ -160,12 +160,15 @@ pub struct TlsFlags {
 }
 
 /// The files of one side (clients or peers).
-#[derive(Clone, Copy, Debug)]
+#[derive(Clone, Debug)]
 pub struct TlsFiles<'a> {
     cert: Option<&'a Path>,
     key: Option<&'a Path>,
     trusted_ca: Option<&'a Path>,
     client_cert_auth: bool,
+    crl: Option<&'a Path>,
+    /// The names a client certificate must carry (with client certificate auth only, as in etcd).
+    rule: NameRule,
 }
 
 impl TlsFlags {
@@ -175,6 +178,8 @@ impl TlsFlags {
             key: self.key_file.as_deref(),
             trusted_ca: self.trusted_ca_file.as_deref(),
             client_cert_auth: self.client_cert_auth,
+            crl: self.client_crl_file.as_deref(),
+            rule: NameRule { allowed_cn: Vec::new(), allowed_hostnames: self.client_cert_allowed_hostname.clone() },
         }
     }
 
@@ -184,11 +189,21 @@ impl TlsFlags {
             key: self.peer_key_file.as_deref(),
             trusted_ca: self.peer_trusted_ca_file.as_deref(),
             client_cert_auth: self.peer_client_cert_auth,
+            crl: self.peer_crl_file.as_deref(),
+            rule: NameRule {
+                allowed_cn: self.peer_cert_allowed_cn.clone(),
+                allowed_hostnames: self.peer_cert_allowed_hostname.clone(),
+            },
         }
     }
 
+    /// `--cipher-suites`, `--tls-min-version` and `--tls-max-version`, for every listener and dialer.
+    pub fn policy(&self) -> anyhow::Result<TlsPolicy> {
+        Ok(TlsPolicy::from_flags(&self.cipher_suites, &self.tls_min_version, &self.tls_max_version)?)
+    }
+
     /// The acceptor of the client listener at `url`: `None` for `http://`.
-    pub fn client_acceptor(&self, url: &str) -> anyhow::Result<Option<TlsAcceptor>> {
+    pub fn client_acceptor(&self, url: &str) -> anyhow::Result<Option<TlsListen>> {
         if !is_https(url) {
             return Ok(None);
         }
@@ -196,28 +211,32 @@ impl TlsFlags {
             bail!("TLS key/cert (--cert-file, --key-file) must be provided for client url {url} with HTTPS scheme");
         };
         // The client port serves plain HTTP next to gRPC (`/health`, `/version`, ...).
-        self.client().acceptor(cert, key, &[b"h2", b"http/1.1"]).map(Some)
+        self.client().acceptor(cert, key, &[b"h2", b"http/1.1"], &self.policy()?).map(Some)
     }
 
     /// The acceptor of the peer listener at `url` (which listens on `addr`): `None` for `http://`.
-    pub fn peer_acceptor(&self, url: &str, addr: SocketAddr) -> anyhow::Result<Option<TlsAcceptor>> {
+    pub fn peer_acceptor(&self, url: &str, addr: SocketAddr) -> anyhow::Result<Option<TlsListen>> {
         if !is_https(url) {
             return Ok(None);
         }
         let Some((cert, key)) = self.peer().cert_and_key() else {
             bail!("cannot listen on TLS for {addr}: KeyFile and CertFile are not presented");
         };
-        self.peer().acceptor(cert, key, &[b"h2"]).map(Some)
+        self.peer().acceptor(cert, key, &[b"h2"], &self.policy()?).map(Some)
     }
 
     /// The configuration this member dials `https://` peers with.
     pub fn peer_connector(&self) -> anyhow::Result<Arc<ClientConfig>> {
         let files = self.peer();
-        let builder = ClientConfig::builder_with_provider(provider())
-            .with_safe_default_protocol_versions()
+        let policy = self.policy()?;
+        let builder = ClientConfig::builder_with_provider(policy.provider.clone())
+            .with_protocol_versions(&policy.versions)
             .context("TLS protocol versions")?
             .with_root_certificates(files.roots()?);
-        let mut config = match files.cert_and_key() {
+        // --peer-client-cert-file/--peer-client-key-file, when given, are what this member presents as a
+        // client; its peer server certificate otherwise.
+        let client_pair = self.peer_client_cert_file.as_deref().zip(self.peer_client_key_file.as_deref());
+        let mut config = match client_pair.or(files.cert_and_key()) {
             Some((cert, key)) => builder
                 .with_client_auth_cert(read_certs(cert)?, read_key(key)?)
                 .with_context(|| format!("peer certificate {}", cert.display()))?,
@@ -229,18 +248,31 @@ impl TlsFlags {
 }
 
 impl<'a> TlsFiles<'a> {
-    fn cert_and_key(self) -> Option<(&'a Path, &'a Path)> {
+    fn cert_and_key(&self) -> Option<(&'a Path, &'a Path)> {
         self.cert.zip(self.key)
     }
 
-    fn acceptor(&self, cert: &Path, key: &Path, alpn: &[&[u8]]) -> anyhow::Result<TlsAcceptor> {
-        let builder = ServerConfig::builder_with_provider(provider())
-            .with_safe_default_protocol_versions()
+    fn acceptor(&self, cert: &Path, key: &Path, alpn: &[&[u8]], policy: &TlsPolicy) -> anyhow::Result<TlsListen> {
+        let builder = ServerConfig::builder_with_provider(policy.provider.clone())
+            .with_protocol_versions(&policy.versions)
             .context("TLS protocol versions")?;
         let builder = if self.client_cert_auth {
-            let verifier = WebPkiClientVerifier::builder_with_provider(Arc::new(self.roots()?), provider())
-                .build()
-                .context("the trusted CA file holds no usable certificate")?;
+            let mut verifier =
+                WebPkiClientVerifier::builder_with_provider(Arc::new(self.roots()?), policy.provider.clone());
+            if let Some(path) = self.crl {
+                // As etcd: a certificate whose serial the list revokes is refused; one the list says
+                // nothing of passes (the CA's own certificate is not checked).
+                verifier = verifier
+                    .with_crls(read_crls(path)?)
+                    .only_check_end_entity_revocation()
+                    .allow_unknown_revocation_status();
+            }
+            let verifier = verifier.build().with_context(|| match self.crl {
+                Some(crl) => {
+                    format!("the trusted CA file or the CRL file {} is not usable (a version 2 CRL)", crl.display())
+                }
+                None => "the trusted CA file holds no usable certificate".to_string(),
+            })?;
             builder.with_client_cert_verifier(verifier)
         } else {
             builder.with_no_client_auth()
@@ -249,7 +281,8 @@ impl<'a> TlsFiles<'a> {
             .with_single_cert(read_certs(cert)?, read_key(key)?)
             .with_context(|| format!("certificate {} and key {}", cert.display(), key.display()))?;
         config.alpn_protocols = alpn.iter().map(|p| p.to_vec()).collect();
-        Ok(TlsAcceptor::from(Arc::new(config)))
+        let rule = if self.client_cert_auth { self.rule.clone() } else { NameRule::default() };
+        Ok(TlsListen { acceptor: TlsAcceptor::from(Arc::new(config)), rule })
     }
 
     /// The trusted CA file's certificates, or the system's roots when none is given (as Go does).
@@ -272,10 +305,6 @@ impl<'a> TlsFiles<'a> {
     }
 }
 
-fn provider() -> Arc<rustls::crypto::CryptoProvider> {
-    Arc::new(rustls::crypto::ring::default_provider())
-}
-
 pub fn is_https(url: &str) -> bool {
     url.trim().starts_with("https://")
 }
@@ -290,89 +319,18 @@ fn read_certs(path: &Path) -> anyhow::Result<Vec<CertificateDer<'static>>> {
     Ok(certs)
 }
 
+fn read_crls(path: &Path) -> anyhow::Result<Vec<CertificateRevocationListDer<'static>>> {
+    let crls: Vec<_> = CertificateRevocationListDer::pem_file_iter(path)
+        .and_then(|iter| iter.collect::<Result<_, _>>())
+        .with_context(|| format!("reading certificate revocation lists from {}", path.display()))?;
+    if crls.is_empty() {
+        bail!("no certificate revocation list found in {}", path.display());
+    }
+    Ok(crls)
+}
+
 fn read_key(path: &Path) -> anyhow::Result<PrivateKeyDer<'static>> {
     PrivateKeyDer::from_pem_file(path).with_context(|| format!("reading a private key from {}", path.display()))
-}
-
-/// The connections of an `https://` listener, each once its handshake is done. Every handshake runs in a
-/// task of its own, so a slow or silent client never holds up the next one; a failed one is logged (etcd
-/// logs "rejected connection") and dropped. The accept loop ends when the stream is dropped.
-pub fn accept(listener: TcpListener, acceptor: TlsAcceptor) -> ReceiverStream<io::Result<TlsConn>> {
-    let (tx, rx) = mpsc::channel(ACCEPT_QUEUE);
-    tokio::spawn(async move {
-        loop {
-            let accepted = tokio::select! {
-                () = tx.closed() => return,
-                accepted = listener.accept() => accepted,
-            };
-            let (tcp, remote) = match accepted {
-                Ok(accepted) => accepted,
-                Err(err) => {
-                    // Out of file descriptors and the like: pause rather than spin.
-                    warn!(%err, "accepting a connection");
-                    tokio::time::sleep(Duration::from_millis(100)).await;
-                    continue;
-                }
-            };
-            let (acceptor, tx) = (acceptor.clone(), tx.clone());
-            tokio::spawn(async move {
-                if let Err(err) = tcp.set_nodelay(true) {
-                    warn!(%remote, %err, "setting TCP_NODELAY");
-                }
-                match tokio::time::timeout(HANDSHAKE_TIMEOUT, acceptor.accept(tcp)).await {
-                    Ok(Ok(stream)) => {
-                        let _ = tx.send(Ok(TlsConn(stream))).await;
-                    }
-                    Ok(Err(err)) => warn!(%remote, %err, "rejected connection"),
-                    Err(_) => warn!(%remote, "rejected connection: TLS handshake timed out"),
-                }
-            });
-        }
-    });
-    ReceiverStream::new(rx)
-}
-
-/// An accepted TLS connection, as tonic's server takes it.
-pub struct TlsConn(TlsStream<TcpStream>);
-
-impl Connected for TlsConn {
-    type ConnectInfo = <TcpStream as Connected>::ConnectInfo;
-
-    fn connect_info(&self) -> Self::ConnectInfo {
-        self.0.get_ref().0.connect_info()
-    }
-}
-
-impl AsyncRead for TlsConn {
-    fn poll_read(mut self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &mut ReadBuf<'_>) -> Poll<io::Result<()>> {
-        Pin::new(&mut self.0).poll_read(cx, buf)
-    }
-}
-
-impl AsyncWrite for TlsConn {
-    fn poll_write(mut self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &[u8]) -> Poll<io::Result<usize>> {
-        Pin::new(&mut self.0).poll_write(cx, buf)
-    }
-
-    fn poll_write_vectored(
-        mut self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        bufs: &[io::IoSlice<'_>],
-    ) -> Poll<io::Result<usize>> {
-        Pin::new(&mut self.0).poll_write_vectored(cx, bufs)
-    }
-
-    fn is_write_vectored(&self) -> bool {
-        self.0.is_write_vectored()
-    }
-
-    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        Pin::new(&mut self.0).poll_flush(cx)
-    }
-
-    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        Pin::new(&mut self.0).poll_shutdown(cx)
-    }
 }
 
 #[cfg(test)]
