@@ -28,6 +28,7 @@
 //! - [`gateway`]: etcd's gRPC gateway, the unary RPCs as JSON under `/v3/`.
 //! - [`metrics`]: etcd's Prometheus metrics, counted where things happen, and their text exposition.
 //! - [`grpc_metrics`]: the gRPC started/handled counters, a layer around the client services.
+//! - [`auto_compaction`]: etcd's periodic and revision auto compaction, on the leader.
 //! - [`lease_expiry`]: the leader's lease expiry loop.
 //! - [`corrupt_check`]: the leader's periodic comparison of every member's `HashKV` (CORRUPT alarm).
 //! - [`logging`]: the binaries' tracing subscriber.
@@ -35,6 +36,7 @@
 //! - [`restore`]: a new member's data dir from a snapshot file (`snapshot restore`).
 
 pub mod authority;
+pub mod auto_compaction;
 pub mod bootstrap;
 pub mod cert_identity;
 pub mod cli;

@@ -44,7 +44,7 @@ use crate::network::PeerNetwork;
 use crate::peer_service::PeerService;
 use crate::storage;
 use crate::typ::{NodeId, Raft};
-use crate::{bootstrap, lease_expiry, metrics, probe, tls};
+use crate::{auto_compaction, bootstrap, lease_expiry, metrics, probe, tls};
 
 /// gRPC accepts messages this much beyond `--max-request-bytes`, as etcd does, so that a request slightly
 /// over the limit reaches our own check and gets etcd's "request is too large"; beyond that the
@@ -87,6 +87,16 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> anyhow::
         "starting an etcd server"
     );
     let (log_store, state_machine, store) = storage::open(&member_dir.join("db")).context("opening storage")?;
+    let log_store = log_store.without_fsync(config.clustering.unsafe_no_fsync);
+    if config.clustering.unsafe_no_fsync {
+        warn!("--unsafe-no-fsync is set: the Raft log is not flushed before writes are acknowledged, and a crash can lose acknowledged writes");
+    }
+    if config.experimental.experimental_memory_mlock {
+        use nix::sys::mman::{mlockall, MlockAllFlags};
+        mlockall(MlockAllFlags::MCL_CURRENT | MlockAllFlags::MCL_FUTURE)
+            .context("--experimental-memory-mlock: locking the process' memory in RAM (raise RLIMIT_MEMLOCK)")?;
+        info!("locked the process' memory in RAM");
+    }
     let watch_hub = state_machine.watch_hub().clone();
 
     let election = Duration::from_millis(config.election_timeout);
@@ -172,6 +182,13 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> anyhow::
     };
     let lease = pb::lease_server::LeaseServer::new(LeaseService::new(consensus.clone(), store.clone(), api.clone()));
     tokio::spawn(lease_expiry::expire_leases(leader.clone()));
+    let compaction = &config.clustering;
+    if let Some(policy) =
+        auto_compaction::policy(&compaction.auto_compaction_mode, &compaction.auto_compaction_retention)
+            .map_err(anyhow::Error::msg)?
+    {
+        tokio::spawn(auto_compaction::run(leader.clone(), policy));
+    }
     if !config.experimental_corrupt_check_time.is_zero() {
         let interval = config.experimental_corrupt_check_time;
         let checks =

@@ -165,6 +165,21 @@ fn no_effect(config: &Config) -> Vec<String> {
         "--experimental-compact-hash-check-enabled",
         "use --experimental-corrupt-check-time, which compares every member's HashKV",
     );
+    note(
+        !config.clustering.pre_vote,
+        "--pre-vote=false",
+        "every election starts with a pre-vote here, which keeps a member that rejoins from disrupting the leader",
+    );
+    note(
+        !config.member.initial_election_tick_advance,
+        "--initial-election-tick-advance=false",
+        "a member that starts waits an election timeout for a leader before it campaigns either way",
+    );
+    note(
+        experimental.experimental_warning_apply_duration != Duration::from_millis(100),
+        "--experimental-warning-apply-duration",
+        "slow requests are not logged yet",
+    );
     for key in &config.ignored_file_keys {
         notes.push(format!("config file key {key:?} names no flag; ignored, as etcd ignores it"));
     }

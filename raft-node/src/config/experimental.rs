@@ -42,11 +42,6 @@ pub struct ExperimentalFlags {
           value_parser = parse_duration)]
     pub experimental_compaction_sleep_interval: Duration,
 
-    /// Skip verification of SAN field in client certificate for peer connections.
-    #[arg(long, env = "ETCD_EXPERIMENTAL_PEER_SKIP_CLIENT_SAN_VERIFICATION", default_value = "false",
-          num_args = 0..=1, default_missing_value = "true", action = clap::ArgAction::Set, value_parser = parse_bool)]
-    pub experimental_peer_skip_client_san_verification: bool,
-
     /// Duration of time between two downgrade status checks.
     #[arg(long, env = "ETCD_EXPERIMENTAL_DOWNGRADE_CHECK_TIME", default_value = "5s", value_parser = parse_duration)]
     pub experimental_downgrade_check_time: Duration,

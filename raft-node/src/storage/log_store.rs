@@ -38,6 +38,9 @@ pub struct LogStore {
     /// each follower reads an entry right after its append, and decoding it again from sled for every
     /// follower cost the leader more than anything else replication does.
     tail: Arc<Mutex<VecDeque<Entry>>>,
+    /// `--unsafe-no-fsync`: appends and votes are acknowledged unflushed (sled's flusher still writes them
+    /// within half a second). A crash can lose acknowledged writes.
+    no_fsync: bool,
 }
 
 /// Entries the tail keeps, at most (each may carry many clients' writes).
@@ -72,7 +75,12 @@ fn index_key(index: u64) -> [u8; 8] {
 impl LogStore {
     pub fn open(db: &sled::Db) -> Result<Self, StorageError> {
         let open = |name: &str| db.open_tree(name).map_err(|e| StorageIOError::read_logs(&e));
-        Ok(Self { db: db.clone(), logs: open(LOGS)?, state: open(RAFT_STATE)?, tail: Arc::default() })
+        Ok(Self { db: db.clone(), logs: open(LOGS)?, state: open(RAFT_STATE)?, tail: Arc::default(), no_fsync: false })
+    }
+
+    /// `--unsafe-no-fsync`: acknowledge appends and votes without flushing them.
+    pub fn without_fsync(self, no_fsync: bool) -> Self {
+        Self { no_fsync, ..self }
     }
 
     fn read_state<T: DeserializeOwned>(&self, key: &[u8]) -> Result<Option<T>, StorageError> {
@@ -137,6 +145,9 @@ impl LogStore {
     /// `flush_async` hands the flush to sled's thread pool, whose every hand-off wakes all its idle
     /// threads: on two cores that costs more than the flush.)
     async fn flush(&self) -> Result<(), sled::Error> {
+        if self.no_fsync {
+            return Ok(());
+        }
         let db = self.db.clone();
         let flushed = tokio::task::spawn_blocking(move || {
             let start = std::time::Instant::now();

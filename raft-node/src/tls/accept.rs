@@ -59,6 +59,11 @@ pub fn accept(listener: TcpListener, tls: super::TlsListen) -> ReceiverStream<io
                 if let Err(err) = rule.check(names.as_ref()) {
                     return warn!(%remote, %err, "rejected connection");
                 }
+                if let Some(names) = names.as_ref().filter(|_| rule.check_address) {
+                    if let Err(err) = names.check_address(remote.ip()).await {
+                        return warn!(%remote, %err, "rejected connection");
+                    }
+                }
                 let common_name = names.and_then(|names| names.common_name);
                 let _ = tx.send(Ok(TlsConn { stream, common_name })).await;
             });

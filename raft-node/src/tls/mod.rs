@@ -154,6 +154,12 @@ pub struct TlsFlags {
     #[arg(long, env = "ETCD_TLS_MIN_VERSION", default_value = "TLS1.2")]
     pub tls_min_version: String,
 
+    /// Skip verification of SAN field in client certificate for peer connections.
+    #[arg(long = "experimental-peer-skip-client-san-verification",
+          env = "ETCD_EXPERIMENTAL_PEER_SKIP_CLIENT_SAN_VERIFICATION", default_value = "false", num_args = 0..=1,
+          default_missing_value = "true", action = clap::ArgAction::Set, value_parser = crate::config::parse_bool)]
+    pub skip_peer_san_check: bool,
+
     /// Maximum TLS version supported. Possible values: TLS1.2, TLS1.3 (empty: the newest).
     #[arg(long, env = "ETCD_TLS_MAX_VERSION", default_value = "")]
     pub tls_max_version: String,
@@ -179,7 +185,11 @@ impl TlsFlags {
             trusted_ca: self.trusted_ca_file.as_deref(),
             client_cert_auth: self.client_cert_auth,
             crl: self.client_crl_file.as_deref(),
-            rule: NameRule { allowed_cn: Vec::new(), allowed_hostnames: self.client_cert_allowed_hostname.clone() },
+            rule: NameRule {
+                allowed_cn: Vec::new(),
+                allowed_hostnames: self.client_cert_allowed_hostname.clone(),
+                check_address: false,
+            },
         }
     }
 
@@ -193,6 +203,7 @@ impl TlsFlags {
             rule: NameRule {
                 allowed_cn: self.peer_cert_allowed_cn.clone(),
                 allowed_hostnames: self.peer_cert_allowed_hostname.clone(),
+                check_address: !self.skip_peer_san_check,
             },
         }
     }

@@ -2,6 +2,8 @@
 //! Name must be one of the list), `--peer-cert-allowed-hostname` and `--client-cert-allowed-hostname`
 //! (a DNS or IP SAN, or the Common Name, must be one of the list).
 
+use std::net::IpAddr;
+
 use rustls::pki_types::CertificateDer;
 use x509_parser::extensions::GeneralName;
 use x509_parser::prelude::FromDer;
@@ -12,6 +14,8 @@ pub struct CertNames {
     pub common_name: Option<String>,
     /// DNS names and IP addresses of the Subject Alternative Name extension.
     pub hosts: Vec<String>,
+    /// The IP addresses alone.
+    pub ips: Vec<IpAddr>,
 }
 
 impl CertNames {
@@ -22,23 +26,45 @@ impl CertNames {
             return CertNames::default();
         };
         let common_name = cert.subject().iter_common_name().next().and_then(|cn| cn.as_str().ok()).map(str::to_string);
-        let mut hosts = Vec::new();
+        let (mut hosts, mut ips) = (Vec::new(), Vec::new());
         if let Ok(Some(san)) = cert.subject_alternative_name() {
             for name in &san.value.general_names {
                 match name {
                     GeneralName::DNSName(dns) => hosts.push(dns.to_string()),
-                    GeneralName::IPAddress(ip) => match ip.len() {
-                        4 => hosts
-                            .push(std::net::Ipv4Addr::from(<[u8; 4]>::try_from(*ip).unwrap_or_default()).to_string()),
-                        16 => hosts
-                            .push(std::net::Ipv6Addr::from(<[u8; 16]>::try_from(*ip).unwrap_or_default()).to_string()),
-                        _ => {}
-                    },
+                    GeneralName::IPAddress(bytes) => {
+                        let ip = match bytes.len() {
+                            4 => <[u8; 4]>::try_from(*bytes).ok().map(IpAddr::from),
+                            16 => <[u8; 16]>::try_from(*bytes).ok().map(IpAddr::from),
+                            _ => None,
+                        };
+                        if let Some(ip) = ip {
+                            hosts.push(ip.to_string());
+                            ips.push(ip);
+                        }
+                    }
                     _ => {}
                 }
             }
         }
-        CertNames { common_name, hosts }
+        CertNames { common_name, hosts, ips }
+    }
+
+    /// etcd's check of a peer's client certificate against the address it connects from (unless
+    /// `--experimental-peer-skip-client-san-verification`): an IP SAN equal to it, or a DNS SAN that
+    /// resolves to it; a certificate with neither passes.
+    pub async fn check_address(&self, remote: IpAddr) -> Result<(), String> {
+        let dns: Vec<&String> = self.hosts.iter().filter(|h| h.parse::<IpAddr>().is_err()).collect();
+        if self.ips.contains(&remote) || (self.ips.is_empty() && dns.is_empty()) {
+            return Ok(());
+        }
+        for name in &dns {
+            if let Ok(mut addrs) = tokio::net::lookup_host((name.as_str(), 0)).await {
+                if addrs.any(|addr| addr.ip() == remote) {
+                    return Ok(());
+                }
+            }
+        }
+        Err(format!("tls: {remote:?} does not match any of the certificate's addresses {:?}", self.hosts))
     }
 }
 
@@ -47,6 +73,8 @@ impl CertNames {
 pub struct NameRule {
     pub allowed_cn: Vec<String>,
     pub allowed_hostnames: Vec<String>,
+    /// Peers: the certificate must name the address the peer connects from ([`CertNames::check_address`]).
+    pub check_address: bool,
 }
 
 impl NameRule {
@@ -82,7 +110,8 @@ mod tests {
     use super::*;
 
     fn names(cn: &str, hosts: &[&str]) -> CertNames {
-        CertNames { common_name: Some(cn.into()), hosts: hosts.iter().map(|h| h.to_string()).collect() }
+        let ips = hosts.iter().filter_map(|h| h.parse().ok()).collect();
+        CertNames { common_name: Some(cn.into()), hosts: hosts.iter().map(|h| h.to_string()).collect(), ips }
     }
 
     #[test]
@@ -97,5 +126,14 @@ mod tests {
         assert!(host.check(Some(&names("x", &["127.0.0.1", "m1.example"]))).is_ok());
         assert!(host.check(Some(&names("m1.example", &[]))).is_ok());
         assert!(host.check(Some(&names("x", &["m2.example"]))).is_err());
+    }
+
+    #[tokio::test]
+    async fn a_peer_certificate_must_name_the_address_it_comes_from() {
+        let local = "127.0.0.1".parse().expect("ip");
+        assert!(names("m", &["127.0.0.1"]).check_address(local).await.is_ok());
+        assert!(names("m", &["localhost"]).check_address(local).await.is_ok(), "a DNS name resolving to it");
+        assert!(names("m", &[]).check_address(local).await.is_ok(), "no SAN at all passes, as in etcd");
+        assert!(names("m", &["10.1.2.3"]).check_address(local).await.is_err());
     }
 }

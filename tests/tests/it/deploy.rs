@@ -199,3 +199,26 @@ async fn flags_it_cannot_honour_stop_it_with_one_line() -> anyhow::Result<()> {
     }
     Ok(())
 }
+
+/// `--max-concurrent-streams=2`: a client connection holds two watch streams at most; a third waits until
+/// one of them ends (HTTP/2 flow control, as with etcd's gRPC server).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn max_concurrent_streams_limits_the_streams_of_a_connection() -> anyhow::Result<()> {
+    let config = tests::MemberConfig {
+        kind: ServerKind::Ours,
+        extra_args: vec!["--max-concurrent-streams=2".into()],
+        ..tests::MemberConfig::default()
+    };
+    let member = tests::Member::start_with(config).await?;
+    let client = member.client().await?;
+    let first = client.watch_client().watch("a", None).await?;
+    let _second = client.watch_client().watch("b", None).await?;
+    let mut third = client.watch_client();
+    let waiting = tokio::time::timeout(Duration::from_secs(1), third.watch("c", None)).await;
+    assert!(waiting.is_err(), "a third stream opened beside two");
+    // Dropping a stream resets it, which frees its slot.
+    drop(first);
+    let opened = tokio::time::timeout(Duration::from_secs(5), third.watch("c", None)).await;
+    assert!(matches!(opened, Ok(Ok(_))), "the third stream did not open once the first ended");
+    Ok(())
+}

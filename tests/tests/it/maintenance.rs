@@ -77,3 +77,36 @@ async fn member_list_describes_the_member() -> anyhow::Result<()> {
     assert!(!only.is_learner());
     Ok(())
 }
+
+/// `--auto-compaction-mode=periodic --auto-compaction-retention=2s`: the leader keeps about two seconds of
+/// history, compacting on its own, as etcd does (the compacted revision moves up while puts go on).
+#[tokio::test]
+async fn periodic_auto_compaction_keeps_the_retention_of_history() -> anyhow::Result<()> {
+    use std::time::{Duration, Instant};
+
+    let config = tests::MemberConfig {
+        extra_args: vec!["--auto-compaction-mode=periodic".into(), "--auto-compaction-retention=2s".into()],
+        ..tests::MemberConfig::default()
+    };
+    let member = Member::start_with(config).await?;
+    let mut client = member.client().await?;
+    let first = client.put("auto", "0", None).await?.header().map_or(0, |h| h.revision());
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let mut puts = 1;
+    loop {
+        client.put("auto", puts.to_string(), None).await?;
+        puts += 1;
+        let old = client.get("auto", Some(etcd_client::GetOptions::new().with_revision(first))).await;
+        if let Err(err) = old {
+            let (code, message) = tests::grpc_error(&err).expect("a server error");
+            assert_eq!(message, "etcdserver: mvcc: required revision has been compacted", "{code:?}");
+            break;
+        }
+        assert!(Instant::now() < deadline, "revision {first} still readable after 20 s");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    // A retention's worth of history is kept: the latest revisions still read.
+    let latest = client.get("auto", None).await?.header().map_or(0, |h| h.revision());
+    assert!(client.get("auto", Some(etcd_client::GetOptions::new().with_revision(latest - 1))).await.is_ok());
+    Ok(())
+}
