@@ -34,6 +34,10 @@ pub async fn main() -> ExitCode {
         eprintln!("raft-node: {err:#}");
         return ExitCode::FAILURE;
     }
+    if let Err(err) = crate::config::auth_token::parse(&config.auth_token) {
+        eprintln!("raft-node: {err}");
+        return ExitCode::FAILURE;
+    }
     if let Err(err) = crate::logging::init(&crate::logging::LogSettings::from_config(&config)) {
         eprintln!("raft-node: cannot open the log output {:?}: {err}", config.log_outputs);
         return ExitCode::FAILURE;

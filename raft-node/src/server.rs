@@ -31,6 +31,7 @@ use tracing::{info, warn};
 
 use crate::authority::AuthorityFix;
 use crate::cert_identity::CertIdentityLayer;
+use crate::config::auth_token::{self, AuthToken};
 use crate::config::{socket_addr, Config};
 use crate::consensus::{request_timeout, RaftConsensus};
 use crate::dial::PeerDialer;
@@ -59,6 +60,10 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> anyhow::
     let initial_cluster = config.initial_cluster()?;
     // A flag this member cannot honour stops it here too (the binaries check first, to say it in one line).
     crate::config::effect::check(&config)?;
+    // --auto-tls and --peer-auto-tls: self-signed certificates in the data dir, made before anything
+    // listens.
+    let tls = config.tls.with_auto_tls(&config.data_dir(), &config.listen_client_urls, &config.listen_peer_urls)?;
+    let config = Config { tls, ..config };
     let client_addrs = addrs(&config.listen_client_urls)?;
     let peer_addrs = addrs(&config.listen_peer_urls)?;
     // Certificates are read before anything else starts, so that a bad flag stops the member at once.
@@ -168,6 +173,9 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> anyhow::
     };
     log_quota(&config);
     store.write().auth_mut().tokens_mut().set_ttl(Duration::from_secs(config.auth_token_ttl));
+    if let AuthToken::Jwt(tokens) = auth_token::parse(&config.auth_token).map_err(anyhow::Error::msg)? {
+        store.write().auth_mut().set_jwt(tokens);
+    }
     let auth = pb::auth_server::AuthServer::new(AuthService::new(consensus.clone(), store.clone(), api.clone()));
     let max_message = config.max_request_bytes + GRPC_OVERHEAD_BYTES;
     let require_leader = {

@@ -8,6 +8,7 @@
 //!   restarts and travels in snapshots. Its revision counts the changes, as etcd's auth revision.
 //! - [`perm`]: one user's permissions merged over their roles, and etcd's coverage test.
 //! - [`token`]: simple tokens, member-local and in memory.
+//! - [`jwt`]: JSON Web Tokens, signed with keys and checked by any member.
 //! - [`service`]: the `etcdserverpb.Auth` tonic service.
 //!
 //! # Where requests are checked
@@ -20,6 +21,7 @@
 //! A member wraps writes only while auth is enabled: a write proposed just before `auth enable` applies
 //! is not checked (etcd would refuse it for its empty user name).
 
+pub mod jwt;
 pub mod perm;
 pub mod service;
 pub mod token;
@@ -113,6 +115,8 @@ pub struct AuthStore {
     /// Each user's merged permissions, rebuilt on every change.
     perms: HashMap<String, UserPerms>,
     tokens: TokenTable,
+    /// `--auth-token jwt,...`: tokens signed and checked with keys instead of kept in [`TokenTable`].
+    jwt: Option<jwt::JwtTokens>,
 }
 
 impl Default for AuthStore {
@@ -125,6 +129,7 @@ impl Default for AuthStore {
             roles: BTreeMap::new(),
             perms: HashMap::new(),
             tokens: TokenTable::default(),
+            jwt: None,
         }
     }
 }
@@ -184,6 +189,16 @@ impl AuthStore {
         self.roles.keys().cloned().collect()
     }
 
+    /// Switches this member to JWTs (`--auth-token jwt,...`), before it serves.
+    pub fn set_jwt(&mut self, tokens: jwt::JwtTokens) {
+        self.jwt = Some(tokens);
+    }
+
+    /// The JWT signer, when tokens are JWTs.
+    pub fn jwt(&self) -> Option<&jwt::JwtTokens> {
+        self.jwt.as_ref()
+    }
+
     pub fn tokens_mut(&mut self) -> &mut TokenTable {
         &mut self.tokens
     }
@@ -199,6 +214,10 @@ impl AuthStore {
         };
         if let Some(common_name) = token.strip_prefix(CERT_USER_PREFIX) {
             return Ok(Some(Caller { user: common_name.to_string(), auth_revision: self.revision }));
+        }
+        if let Some(jwt) = &self.jwt {
+            let (user, auth_revision) = jwt.verify(token).ok_or(Error::InvalidAuthToken)?;
+            return Ok(Some(Caller { user, auth_revision }));
         }
         let user = self.tokens.user(token).ok_or(Error::InvalidAuthToken)?;
         Ok(Some(Caller { user, auth_revision: self.revision }))
@@ -305,7 +324,10 @@ impl AuthStore {
                 if no_password(user) {
                     return Err(Error::AuthFailed);
                 }
-                self.tokens.insert(token.clone(), name.clone());
+                // A JWT stands on its own: nothing to remember.
+                if self.jwt.is_none() {
+                    self.tokens.insert(token.clone(), name.clone());
+                }
                 return Ok(AuthOutcome::Token(token.clone()));
             }
             AuthCommand::UserAdd(req) => {

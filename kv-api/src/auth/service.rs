@@ -67,7 +67,7 @@ impl<C: Consensus> AuthService<C> {
     async fn authenticate(&self, req: pb::AuthenticateRequest) -> Result<pb::AuthenticateResponse> {
         for _ in 0..LOGIN_ATTEMPTS {
             self.consensus.read_barrier().await?;
-            let (hash, checked_at) = {
+            let (hash, checked_at, jwt) = {
                 let store = self.store.read();
                 let auth = store.auth();
                 if !auth.is_enabled() {
@@ -77,7 +77,7 @@ impl<C: Consensus> AuthService<C> {
                 if no_password(user) {
                     return Err(Error::NoPasswordUser);
                 }
-                (String::from_utf8_lossy(&user.password).into_owned(), auth.revision())
+                (String::from_utf8_lossy(&user.password).into_owned(), auth.revision(), auth.jwt().cloned())
             };
             let password = req.password.clone();
             let matches = tokio::task::spawn_blocking(move || bcrypt::verify(password, &hash).unwrap_or(false))
@@ -86,7 +86,11 @@ impl<C: Consensus> AuthService<C> {
             if !matches {
                 return Err(Error::AuthFailed);
             }
-            let login = AuthCommand::Authenticate { name: req.name.clone(), token: TokenTable::generate() };
+            let token = match &jwt {
+                Some(jwt) => jwt.sign(&req.name, checked_at).map_err(Error::Internal)?,
+                None => TokenTable::generate(),
+            };
+            let login = AuthCommand::Authenticate { name: req.name.clone(), token };
             let token = match self.consensus.propose(Command::Auth(login)).await? {
                 CommandResponse::Auth(AuthOutcome::Token(token)) => token,
                 other => return Err(Error::Internal(format!("apply answered a login with {other:?}"))),

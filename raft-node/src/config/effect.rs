@@ -70,15 +70,6 @@ fn refuse(config: &Config) -> Result<(), Refused> {
     if clustering.force_new_cluster {
         return refused("--force-new-cluster", "restore the last snapshot into a new one-member cluster");
     }
-    if config.tls.auto_tls || config.tls.peer_auto_tls {
-        return refused(
-            "--auto-tls/--peer-auto-tls",
-            "make certificates with openssl and pass --cert-file, --key-file",
-        );
-    }
-    if config.auth_token.split(',').next() != Some("simple") {
-        return refused("--auth-token other than 'simple'", "use --auth-token simple");
-    }
     Ok(())
 }
 
@@ -209,7 +200,6 @@ mod tests {
             (&["--discovery=https://discovery.example/abc"], "--discovery"),
             (&["--discovery-srv=example.com"], "--discovery-srv"),
             (&["--wal-dir=/wal"], "--wal-dir"),
-            (&["--auth-token=jwt,pub-key=a,priv-key=b,sign-method=RS256"], "--auth-token other than 'simple'"),
         ] {
             let refused = check(&config(args)).expect_err("refused");
             assert_eq!(refused.flag, flag, "{args:?}");

@@ -7,10 +7,12 @@
 //! and what to use instead, and those that have nothing to act on in this store say so in the log.
 //!
 //! - [`member`], [`clustering`], [`monitoring`], [`experimental`]: the flag groups of etcd's help text.
+//! - [`auth_token`]: `--auth-token`, simple or JWT with its keys.
 //! - [`file`]: `--config-file`, etcd's YAML keys turned into flags.
 //! - [`effect`]: flags refused or without effect here.
 //! - [`duration`]: Go's duration syntax.
 
+pub mod auth_token;
 pub mod clustering;
 pub mod duration;
 pub mod effect;
@@ -115,7 +117,7 @@ pub struct Config {
     #[arg(long, env = "ETCD_QUOTA_BACKEND_BYTES", default_value_t = 0, allow_negative_numbers = true)]
     pub quota_backend_bytes: i64,
 
-    /// Specify a v3 authentication token type and its options ('simple' or 'jwt'; only 'simple' here).
+    /// Specify a v3 authentication token type and its options ('simple' or 'jwt').
     #[arg(long, env = "ETCD_AUTH_TOKEN", default_value = "simple")]
     pub auth_token: String,
 

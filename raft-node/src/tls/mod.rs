@@ -26,6 +26,7 @@ use rustls::{ClientConfig, RootCertStore, ServerConfig};
 use tokio_rustls::TlsAcceptor;
 
 mod accept;
+pub mod auto;
 pub mod names;
 pub mod policy;
 
@@ -154,6 +155,11 @@ pub struct TlsFlags {
     #[arg(long, env = "ETCD_TLS_MIN_VERSION", default_value = "TLS1.2")]
     pub tls_min_version: String,
 
+    /// Set by `--peer-auto-tls` once it made the peer certificate: peers' self-signed certificates are
+    /// accepted unchecked, as etcd does.
+    #[arg(skip)]
+    pub peer_trust_any: bool,
+
     /// Skip verification of SAN field in client certificate for peer connections.
     #[arg(long = "experimental-peer-skip-client-san-verification",
           env = "ETCD_EXPERIMENTAL_PEER_SKIP_CLIENT_SAN_VERIFICATION", default_value = "false", num_args = 0..=1,
@@ -208,6 +214,28 @@ impl TlsFlags {
         }
     }
 
+    /// These flags with `--auto-tls` and `--peer-auto-tls` applied: a side with the flag, `https://` URLs
+    /// and no certificate files of its own gets self-signed ones in `<data_dir>/fixtures/`.
+    pub fn with_auto_tls(&self, data_dir: &Path, client_urls: &[String], peer_urls: &[String]) -> anyhow::Result<Self> {
+        let mut flags = self.clone();
+        let https = |urls: &[String]| urls.iter().any(|u| is_https(u));
+        if self.auto_tls && self.cert_file.is_none() && self.key_file.is_none() && https(client_urls) {
+            let (cert, key) = auto::self_signed(
+                &data_dir.join("fixtures/client"),
+                &auto::hosts(client_urls),
+                self.self_signed_cert_validity,
+            )?;
+            (flags.cert_file, flags.key_file) = (Some(cert), Some(key));
+        }
+        if self.peer_auto_tls && self.peer_cert_file.is_none() && self.peer_key_file.is_none() && https(peer_urls) {
+            let (cert, key) =
+                auto::self_signed(&data_dir.join("fixtures/peer"), &auto::hosts(peer_urls), self.self_signed_cert_validity)?;
+            (flags.peer_cert_file, flags.peer_key_file) = (Some(cert), Some(key));
+            flags.peer_trust_any = true;
+        }
+        Ok(flags)
+    }
+
     /// `--cipher-suites`, `--tls-min-version` and `--tls-max-version`, for every listener and dialer.
     pub fn policy(&self) -> anyhow::Result<TlsPolicy> {
         Ok(TlsPolicy::from_flags(&self.cipher_suites, &self.tls_min_version, &self.tls_max_version)?)
@@ -242,8 +270,12 @@ impl TlsFlags {
         let policy = self.policy()?;
         let builder = ClientConfig::builder_with_provider(policy.provider.clone())
             .with_protocol_versions(&policy.versions)
-            .context("TLS protocol versions")?
-            .with_root_certificates(files.roots()?);
+            .context("TLS protocol versions")?;
+        let builder = if self.peer_trust_any {
+            builder.dangerous().with_custom_certificate_verifier(Arc::new(auto::AnyServerCert(policy.provider.clone())))
+        } else {
+            builder.with_root_certificates(files.roots()?)
+        };
         // --peer-client-cert-file/--peer-client-key-file, when given, are what this member presents as a
         // client; its peer server certificate otherwise.
         let client_pair = self.peer_client_cert_file.as_deref().zip(self.peer_client_key_file.as_deref());

@@ -4,6 +4,7 @@
 //! parallel. Every expectation is what real etcd 3.4 does.
 
 mod auth;
+mod auth_jwt;
 mod client_error;
 mod client_kv;
 mod client_txn;

@@ -146,3 +146,55 @@ async fn a_client_certificates_common_name_is_the_user_without_a_token() -> anyh
     assert_eq!(unknown.error_line(), Some("Error: etcdserver: permission denied"), "{unknown:?}");
     Ok(())
 }
+
+/// `--auto-tls` and `--peer-auto-tls`: three members with no certificate files serve TLS on every URL
+/// with certificates they made in their data dirs, replicate to each other over it, and etcdctl talks to
+/// them with `--insecure-transport=false --insecure-skip-tls-verify`, as with etcd.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn auto_tls_members_make_their_certificates_and_use_them_between_peers() -> anyhow::Result<()> {
+    let dir = tempfile::tempdir()?;
+    let ports = free_ports(6)?;
+    let url = |port: u16| format!("https://127.0.0.1:{port}");
+    let cluster: Vec<String> = (0..3).map(|i| format!("a{i}={}", url(ports[3 + i]))).collect();
+    let mut members = Vec::new();
+    for i in 0..3 {
+        let args = vec![
+            format!("--name=a{i}"),
+            format!("--data-dir=a{i}.etcd"),
+            format!("--listen-client-urls={}", url(ports[i])),
+            format!("--advertise-client-urls={}", url(ports[i])),
+            format!("--listen-peer-urls={}", url(ports[3 + i])),
+            format!("--initial-advertise-peer-urls={}", url(ports[3 + i])),
+            format!("--initial-cluster={}", cluster.join(",")),
+            "--auto-tls".into(),
+            "--peer-auto-tls".into(),
+        ];
+        let member_dir = dir.path().join(format!("m{i}"));
+        std::fs::create_dir_all(&member_dir)?;
+        members.push(Spawned::start(&ServerKind::Ours.binary()?, &member_dir, &args, &[])?);
+    }
+    for member in &mut members {
+        member.wait_for_log("ready to serve client requests", START_TIMEOUT).await?;
+    }
+    let ctl = |i: usize, args: &'static [&'static str]| {
+        let endpoint = url(ports[i]);
+        async move {
+            let mut all = vec!["--insecure-transport=false", "--insecure-skip-tls-verify", "--dial-timeout=3s"];
+            all.extend_from_slice(args);
+            tests::etcdctl::run(&endpoint, &all, None).await
+        }
+    };
+    assert_eq!(ctl(0, &["put", "auto", "tls"]).await?.ok()?, "OK\n");
+    assert_eq!(ctl(2, &["get", "auto", "--print-value-only"]).await?.ok()?, "tls\n");
+    for (i, member) in members.iter().enumerate() {
+        for side in ["client", "peer"] {
+            let cert = member.dir().join(format!("a{i}.etcd/fixtures/{side}/cert.pem"));
+            assert!(cert.is_file(), "{} missing", cert.display());
+        }
+    }
+    // Without the flag to skip verification, the self-signed certificate is refused by etcdctl.
+    let args = ["--insecure-transport=false", "--dial-timeout=2s", "get", "auto"];
+    let checked = tests::etcdctl::run(&url(ports[1]), &args, None).await?;
+    assert!(!checked.success(), "{checked:?}");
+    Ok(())
+}
