@@ -135,9 +135,14 @@ impl RaftConsensus {
 
     /// Runs a membership change on the leader and waits for it here.
     async fn change_members(&self, req: LeaderRequest) -> Result<(Option<pb::Member>, Vec<pb::Member>), Error> {
+        // A member asked to remove itself never applies the end of its own removal (it is no longer
+        // replicated to): the leader's answer is the last word, as etcd answers before it stops.
+        let removes_self = matches!(req, LeaderRequest::MemberRemove { id } if id == self.member_id());
         match self.on_leader(req).await? {
             LeaderReply::Members { index, added, members } => {
-                self.wait_applied(index).await?;
+                if !removes_self {
+                    self.wait_applied(index).await?;
+                }
                 Ok((added, members))
             }
             other => Err(unexpected(&other)),

@@ -393,6 +393,9 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> anyhow::
             () = &mut shutdown => info!(name = config.name, data_dir = %config.data_dir().display(), "closing etcd server"),
             () = &mut removed => {
                 warn!("the member has been permanently removed from the cluster; stopping");
+                // As etcd (10 ticks): the request that removed this member, if it came here, gets its
+                // answer before the listeners close.
+                tokio::time::sleep(Duration::from_millis(10 * config.heartbeat_interval)).await;
                 outcome = Err(anyhow::anyhow!("the member has been permanently removed from the cluster"));
             }
             Some(result) = servers.join_next() => {

@@ -37,7 +37,12 @@ struct Claims {
 
 impl JwtTokens {
     /// Keys as PEM files' contents (HMAC: the secret's bytes, from the private key file).
-    pub fn new(sign_method: &str, public: Option<&[u8]>, private: Option<&[u8]>, ttl: Duration) -> Result<Self, String> {
+    pub fn new(
+        sign_method: &str,
+        public: Option<&[u8]>,
+        private: Option<&[u8]>,
+        ttl: Duration,
+    ) -> Result<Self, String> {
         let algorithm: Algorithm =
             sign_method.parse().map_err(|_| format!("unsupported JWT sign-method {sign_method:?}"))?;
         let bad_key = |which: &str, err: jsonwebtoken::errors::Error| format!("JWT {which} key: {err}");
@@ -46,7 +51,12 @@ impl JwtTokens {
                 let secret = private.ok_or("JWT sign-method HS* needs priv-key (the shared secret)")?;
                 (Some(EncodingKey::from_secret(secret)), DecodingKey::from_secret(secret))
             }
-            Algorithm::RS256 | Algorithm::RS384 | Algorithm::RS512 | Algorithm::PS256 | Algorithm::PS384 | Algorithm::PS512 => {
+            Algorithm::RS256
+            | Algorithm::RS384
+            | Algorithm::RS512
+            | Algorithm::PS256
+            | Algorithm::PS384
+            | Algorithm::PS512 => {
                 let public = public.ok_or("JWT needs pub-key")?;
                 let encoding = private.map(EncodingKey::from_rsa_pem).transpose().map_err(|e| bad_key("private", e))?;
                 (encoding, DecodingKey::from_rsa_pem(public).map_err(|e| bad_key("public", e))?)

@@ -22,7 +22,8 @@ pub fn parse(text: &str) -> Result<AuthToken, String> {
         "jwt" => {
             let (mut public, mut private, mut method, mut ttl) = (None, None, None, DEFAULT_JWT_TTL);
             for option in parts.filter(|p| !p.is_empty()) {
-                let (key, value) = option.split_once('=').ok_or_else(|| format!("invalid --auth-token option {option:?}"))?;
+                let (key, value) =
+                    option.split_once('=').ok_or_else(|| format!("invalid --auth-token option {option:?}"))?;
                 match key {
                     "pub-key" => public = Some(PathBuf::from(value)),
                     "priv-key" => private = Some(PathBuf::from(value)),

@@ -116,7 +116,8 @@ mod tests {
         assert_eq!(day(0), (1970, 1, 1));
         assert_eq!(day(951_782_400), (2000, 2, 29));
         assert_eq!(day(1_795_651_200), (2026, 11, 26));
-        let urls = ["https://127.0.0.1:2379".to_string(), "https://localhost:2379".into(), "https://127.0.0.1:1".into()];
+        let urls =
+            ["https://127.0.0.1:2379".to_string(), "https://localhost:2379".into(), "https://127.0.0.1:1".into()];
         assert_eq!(hosts(&urls), ["127.0.0.1", "localhost"]);
     }
 

@@ -228,8 +228,11 @@ impl TlsFlags {
             (flags.cert_file, flags.key_file) = (Some(cert), Some(key));
         }
         if self.peer_auto_tls && self.peer_cert_file.is_none() && self.peer_key_file.is_none() && https(peer_urls) {
-            let (cert, key) =
-                auto::self_signed(&data_dir.join("fixtures/peer"), &auto::hosts(peer_urls), self.self_signed_cert_validity)?;
+            let (cert, key) = auto::self_signed(
+                &data_dir.join("fixtures/peer"),
+                &auto::hosts(peer_urls),
+                self.self_signed_cert_validity,
+            )?;
             (flags.peer_cert_file, flags.peer_key_file) = (Some(cert), Some(key));
             flags.peer_trust_any = true;
         }

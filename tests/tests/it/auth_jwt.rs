@@ -41,9 +41,11 @@ async fn a_jwt_from_one_member_is_accepted_by_every_other_even_after_a_restart()
         anyhow::ensure!(out.success(), "{args:?}: {out:?}");
     }
     let login = r#"{"name":"root","password":"rootpw"}"#;
-    let answer = request_with(&cluster.member(0).client_url(), "POST", "/v3/auth/authenticate", Some(login), &[]).await?;
+    let answer =
+        request_with(&cluster.member(0).client_url(), "POST", "/v3/auth/authenticate", Some(login), &[]).await?;
     assert_eq!(answer.status, 200, "{answer:?}");
-    let token = serde_json::from_str::<serde_json::Value>(&answer.body)?["token"].as_str().context("token")?.to_string();
+    let token =
+        serde_json::from_str::<serde_json::Value>(&answer.body)?["token"].as_str().context("token")?.to_string();
     let claims = claims(&token)?;
     assert_eq!(claims["username"], "root", "{claims}");
     assert!(claims["revision"].is_u64() && claims["exp"].is_u64(), "{claims}");
