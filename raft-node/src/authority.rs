@@ -1,7 +1,8 @@
 //! Accepting the `:authority` etcdctl sends when it dials a member by URL.
 //!
 //! etcd's Go client dials a single endpoint (`endpoint status --cluster`, `defrag --cluster`, ...) as
-//! `passthrough:///http://host:port`, so its HTTP/2 requests carry `:authority: http://host:port`. grpc-go
+//! `passthrough:///http://host:port`, so its HTTP/2 requests carry `:authority: http://host:port` (and a
+//! socket path for `unix:///path` endpoints). grpc-go
 //! servers accept that; the `h2` crate under tonic resets such streams as malformed. This wrapper sits
 //! between the TCP socket and the HTTP/2 server and rewrites the inbound header blocks: every block is
 //! decoded (HPACK state must stay in step with the client), and once a block carries an authority with a
@@ -199,12 +200,19 @@ impl Rewriter {
     }
 }
 
-/// `http://host:port` (or `https://…`, with an optional trailing `/`) → `host:port`; `None` when the value
-/// has no scheme.
+/// `http://host:port` (or `https://…`, with an optional trailing `/`) → `host:port`; a socket path (what
+/// the Go client sends when it dials `unix:///path`) → `localhost`; `None` when the value is a plain
+/// authority already.
 fn strip_scheme(value: &[u8]) -> Option<Vec<u8>> {
-    let at = value.windows(3).position(|w| w == b"://")?;
+    let Some(at) = value.windows(3).position(|w| w == b"://") else {
+        return value.contains(&b'/').then(|| b"localhost".to_vec());
+    };
     let rest = &value[at + 3..];
-    Some(rest.strip_suffix(b"/").unwrap_or(rest).to_vec())
+    let rest = rest.strip_suffix(b"/").unwrap_or(rest);
+    if rest.contains(&b'/') {
+        return Some(b"localhost".to_vec());
+    }
+    Some(rest.to_vec())
 }
 
 /// HPACK "literal header field without indexing, new name", no Huffman coding: needs no table on either
@@ -441,5 +449,7 @@ mod tests {
         }
         assert_eq!(strip_scheme(b"http://10.0.0.1:2379/"), Some(b"10.0.0.1:2379".to_vec()));
         assert_eq!(strip_scheme(b"10.0.0.1:2379"), None);
+        assert_eq!(strip_scheme(b"/run/etcd/client.sock"), Some(b"localhost".to_vec()));
+        assert_eq!(strip_scheme(b"unix:///run/etcd/client.sock"), Some(b"localhost".to_vec()));
     }
 }

@@ -35,6 +35,11 @@ impl PeerDialer {
     /// A channel to `url` that connects on first use and reconnects by itself, or `None` when the URL does
     /// not parse or is `https://` while this member has no peer TLS.
     pub fn channel(&self, url: &str) -> Option<Channel> {
+        if let Some(path) = url.trim().strip_prefix("unix://") {
+            // tonic wants an http URI; the connector ignores it and dials the socket.
+            let endpoint = Endpoint::from_static("http://unix.socket");
+            return Some(endpoint.connect_with_connector_lazy(UnixConnector(path.into())));
+        }
         if !is_https(url) {
             let endpoint = Endpoint::from_shared(url.to_string()).ok()?.tcp_nodelay(true).local_address(self.local_ip);
             return Some(endpoint.connect_lazy());
@@ -58,6 +63,25 @@ struct PeerConnector {
 }
 
 type BoxError = Box<dyn std::error::Error + Send + Sync>;
+
+/// Dials a `unix://` peer's socket, whatever URI tonic asks for.
+#[derive(Clone)]
+struct UnixConnector(std::path::PathBuf);
+
+impl tower_service::Service<http::Uri> for UnixConnector {
+    type Response = hyper_util::rt::TokioIo<tokio::net::UnixStream>;
+    type Error = BoxError;
+    type Future = Pin<Box<dyn std::future::Future<Output = Result<Self::Response, BoxError>> + Send>>;
+
+    fn poll_ready(&mut self, _cx: &mut Context<'_>) -> Poll<Result<(), BoxError>> {
+        Poll::Ready(Ok(()))
+    }
+
+    fn call(&mut self, _uri: http::Uri) -> Self::Future {
+        let path = self.0.clone();
+        Box::pin(async move { Ok(hyper_util::rt::TokioIo::new(tokio::net::UnixStream::connect(path).await?)) })
+    }
+}
 
 impl tower_service::Service<http::Uri> for PeerConnector {
     type Response = hyper_util::rt::TokioIo<tokio_rustls::client::TlsStream<TcpStream>>;

@@ -18,7 +18,7 @@ use proto::etcdserverpb as pb;
 use serde::{Deserialize, Serialize};
 use tracing::{info, warn};
 
-use crate::config::socket_addr;
+use crate::config::address;
 use crate::connectivity::Connectivity;
 use crate::election::{ElectionClock, PreVote, PreVoteAnswer};
 use crate::forward::Forwarder;
@@ -326,7 +326,7 @@ impl Leader {
 
     async fn member_add(&self, peer_urls: Vec<String>, is_learner: bool) -> Result<LeaderReply, Error> {
         let membership = self.membership();
-        if peer_urls.is_empty() || peer_urls.iter().any(|u| socket_addr(u).is_err()) {
+        if peer_urls.is_empty() || peer_urls.iter().any(|u| address(u).is_err()) {
             return Err(Error::MemberBadUrls);
         }
         check_peer_urls(&membership, &peer_urls, None)?;

@@ -25,14 +25,14 @@ use proto::raftpb;
 use proto::v3electionpb::election_server::ElectionServer;
 use proto::v3lockpb::lock_server::LockServer;
 use tokio::sync::watch;
-use tokio_stream::wrappers::TcpListenerStream;
+use tokio_stream::wrappers::{TcpListenerStream, UnixListenerStream};
 use tokio_stream::StreamExt;
 use tracing::{info, warn};
 
 use crate::authority::AuthorityFix;
 use crate::cert_identity::CertIdentityLayer;
 use crate::config::auth_token::{self, AuthToken};
-use crate::config::{socket_addr, Config};
+use crate::config::{address, socket_addr, Address, Config};
 use crate::consensus::{request_timeout, RaftConsensus};
 use crate::dial::PeerDialer;
 use crate::election::ElectionClock;
@@ -55,6 +55,30 @@ const GRPC_OVERHEAD_BYTES: usize = 512 * 1024;
 /// etcd's gRPC metadata asking that the request fail at once when the member has no leader.
 const REQUIRE_LEADER_KEY: &str = "hasleader";
 
+/// Serves `$router` on `$listener` (through TLS when `$tls` holds an acceptor) until `$stop`, as a task of
+/// `$servers`; every accepted connection goes through `$wrap` (a generic function, instantiated per kind
+/// of connection).
+macro_rules! serve {
+    ($servers:expr, $router:expr, $listener:expr, $tls:expr, $stop:expr, $wrap:path) => {{
+        let (router, stop) = ($router, $stop);
+        match ($listener, $tls) {
+            (Listener::Tcp(listener), None) => {
+                let incoming = TcpListenerStream::new(listener).map(|conn| conn.and_then(no_delay).map($wrap));
+                $servers.spawn(async move { router.serve_with_incoming_shutdown(incoming, stop).await });
+            }
+            (Listener::Tcp(listener), Some(acceptor)) => {
+                let incoming = tls::accept(listener, acceptor).map(|conn| conn.map($wrap));
+                $servers.spawn(async move { router.serve_with_incoming_shutdown(incoming, stop).await });
+            }
+            // `unixs://` is refused with the flags: a unix socket is plain.
+            (Listener::Unix(listener), _) => {
+                let incoming = UnixListenerStream::new(listener).map(|conn| conn.map($wrap));
+                $servers.spawn(async move { router.serve_with_incoming_shutdown(incoming, stop).await });
+            }
+        }
+    }};
+}
+
 /// Runs a member until `shutdown` resolves.
 pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> anyhow::Result<()> {
     let initial_cluster = config.initial_cluster()?;
@@ -73,7 +97,7 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> anyhow::
         .listen_peer_urls
         .iter()
         .zip(&peer_addrs)
-        .map(|(url, addr)| config.tls.peer_acceptor(url, *addr))
+        .map(|(url, addr)| config.tls.peer_acceptor(url, addr))
         .collect::<Result<Vec<_>, _>>()?;
     let own_peer_ip = config.initial_advertise_peer_urls.first().and_then(|u| socket_addr(u).ok()).map(|a| a.ip());
     let dialer = PeerDialer::new(own_peer_ip, peer_connector(&config)?);
@@ -261,35 +285,27 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> anyhow::
         .max_decoding_message_size(usize::MAX)
         .max_encoding_message_size(usize::MAX);
     for (addr, tls) in peer_addrs.into_iter().zip(peer_tls) {
-        let listener = bind(addr, &config).await?;
+        let listener = bind(&addr, &config).await?;
         info!(address = %addr, tls = tls.is_some(), "serving peer traffic");
         // The health service answers the other members' round-trip probes.
         let router =
             tonic::transport::Server::builder().tcp_nodelay(true).add_service(peer.clone()).add_service(health.clone());
         let stop = stopped(stop_rx.clone());
-        match tls {
-            None => {
-                let incoming = TcpListenerStream::new(listener).map(|conn| conn.and_then(no_delay));
-                servers.spawn(async move { router.serve_with_incoming_shutdown(incoming, stop).await });
-            }
-            Some(acceptor) => {
-                let incoming = tls::accept(listener, acceptor);
-                servers.spawn(async move { router.serve_with_incoming_shutdown(incoming, stop).await });
-            }
-        }
+        serve!(servers, router, listener, tls, stop, std::convert::identity);
     }
     tokio::spawn(clock.clone().run(forwarder));
 
     let mut client_listeners = Vec::new();
     for (addr, tls) in client_addrs.into_iter().zip(client_tls) {
-        client_listeners.push((addr, bind(addr, &config).await?, tls));
+        let listener = bind(&addr, &config).await?;
+        client_listeners.push((addr, listener, tls));
     }
     // The metrics URLs serve /metrics and the health endpoints from the start, as etcd: probes see an
     // unready member rather than a refused connection.
     for (url, addr) in config.monitoring.listen_metrics_urls.iter().zip(addrs(&config.monitoring.listen_metrics_urls)?)
     {
         let tls = config.tls.client_acceptor(url)?;
-        let listener = bind(addr, &config).await?;
+        let listener = bind(&addr, &config).await?;
         info!(address = %url, "serving metrics");
         let router = tonic::transport::Server::builder()
             .tcp_nodelay(true)
@@ -297,16 +313,7 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> anyhow::
             .layer(http.for_listener(Routes::Metrics, tls.is_some()))
             .add_service(health.clone());
         let stop = stopped(stop_rx.clone());
-        match tls {
-            None => {
-                let incoming = TcpListenerStream::new(listener).map(|conn| conn.and_then(no_delay));
-                servers.spawn(async move { router.serve_with_incoming_shutdown(incoming, stop).await });
-            }
-            Some(acceptor) => {
-                let incoming = tls::accept(listener, acceptor);
-                servers.spawn(async move { router.serve_with_incoming_shutdown(incoming, stop).await });
-            }
-        }
+        serve!(servers, router, listener, tls, stop, std::convert::identity);
     }
     info!(
         local_member_id = format!("{:x}", identity.member_id),
@@ -373,17 +380,7 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> anyhow::
                 .add_service(MessageLimit::new(election.clone(), max_message))
                 .add_service(health.clone());
             let stop = stopped(stop_rx.clone());
-            match tls {
-                None => {
-                    let incoming =
-                        TcpListenerStream::new(listener).map(|conn| conn.and_then(no_delay).map(AuthorityFix::new));
-                    servers.spawn(async move { router.serve_with_incoming_shutdown(incoming, stop).await });
-                }
-                Some(acceptor) => {
-                    let incoming = tls::accept(listener, acceptor).map(|conn| conn.map(AuthorityFix::new));
-                    servers.spawn(async move { router.serve_with_incoming_shutdown(incoming, stop).await });
-                }
-            }
+            serve!(servers, router, listener, tls, stop, AuthorityFix::new);
         }
     }
 
@@ -446,8 +443,27 @@ async fn removed_from_cluster(raft: Raft, id: NodeId) {
     }
 }
 
-/// A listener on `addr`, with `--socket-reuse-address` and `--socket-reuse-port` as etcd sets them.
-async fn bind(addr: SocketAddr, config: &Config) -> anyhow::Result<tokio::net::TcpListener> {
+/// A bound listener: TCP, or a unix socket.
+enum Listener {
+    Tcp(tokio::net::TcpListener),
+    Unix(tokio::net::UnixListener),
+}
+
+/// A listener on `addr`, with `--socket-reuse-address` and `--socket-reuse-port` as etcd sets them. A unix
+/// socket file left by an earlier run is replaced; one that a live process answers on is not.
+async fn bind(addr: &Address, config: &Config) -> anyhow::Result<Listener> {
+    let path = match addr {
+        Address::Tcp(addr) => return bind_tcp(*addr, config).map(Listener::Tcp),
+        Address::Unix(path) => path,
+    };
+    if path.exists() && tokio::net::UnixStream::connect(path).await.is_err() {
+        std::fs::remove_file(path).with_context(|| format!("removing the stale socket {}", path.display()))?;
+    }
+    let listener = tokio::net::UnixListener::bind(path).with_context(|| format!("listening on {addr}"))?;
+    Ok(Listener::Unix(listener))
+}
+
+fn bind_tcp(addr: SocketAddr, config: &Config) -> anyhow::Result<tokio::net::TcpListener> {
     let listen = || -> std::io::Result<tokio::net::TcpListener> {
         let socket = if addr.is_ipv4() { tokio::net::TcpSocket::new_v4()? } else { tokio::net::TcpSocket::new_v6()? };
         // Go sets SO_REUSEADDR on every listener (a restarted member rebinds a port in TIME_WAIT), so
@@ -474,8 +490,8 @@ fn peer_connector(config: &Config) -> anyhow::Result<Option<Arc<rustls::ClientCo
     Ok(None)
 }
 
-fn addrs(urls: &[String]) -> anyhow::Result<Vec<SocketAddr>> {
-    Ok(urls.iter().map(|u| socket_addr(u)).collect::<Result<Vec<_>, _>>()?)
+fn addrs(urls: &[String]) -> anyhow::Result<Vec<Address>> {
+    Ok(urls.iter().map(|u| address(u)).collect::<Result<Vec<_>, _>>()?)
 }
 
 /// Resolves on SIGINT (Ctrl-C) or SIGTERM: the trigger the binaries give [`run`].

@@ -287,7 +287,7 @@ impl Config {
         let mut members: BTreeMap<String, Vec<String>> = BTreeMap::new();
         for entry in self.initial_cluster.split(',').map(str::trim).filter(|e| !e.is_empty()) {
             let (name, url) = entry.split_once('=').ok_or_else(|| ConfigError::BadInitialCluster(entry.into()))?;
-            socket_addr(url)?;
+            address(url)?;
             members.entry(name.to_string()).or_default().push(url.to_string());
         }
         let own = members.get(&self.name).ok_or_else(|| ConfigError::NameNotInCluster { name: self.name.clone() })?;
@@ -304,6 +304,40 @@ impl Config {
         }
         Ok(members)
     }
+}
+
+/// Where a listen or peer URL points: a TCP address, or a unix socket (`unix://NAME`, as etcd: the socket
+/// file is the URL's host and path, `unix://localhost:2379` a file `localhost:2379` in the working dir).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Address {
+    Tcp(SocketAddr),
+    Unix(PathBuf),
+}
+
+impl std::fmt::Display for Address {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Address::Tcp(addr) => write!(f, "{addr}"),
+            Address::Unix(path) => write!(f, "unix://{}", path.display()),
+        }
+    }
+}
+
+/// The [`Address`] of a URL.
+pub fn address(raw: &str) -> Result<Address, ConfigError> {
+    let bad = |reason: &str| ConfigError::BadUrl { url: raw.to_string(), reason: reason.to_string() };
+    let trimmed = raw.trim();
+    if let Some(rest) = trimmed.strip_prefix("unix://") {
+        let path = rest.split(['?', '#']).next().unwrap_or_default();
+        if path.is_empty() {
+            return Err(bad("missing the socket's path"));
+        }
+        return Ok(Address::Unix(PathBuf::from(path)));
+    }
+    if trimmed.starts_with("unixs://") {
+        return Err(bad("TLS over unix sockets (unixs://) is not supported: use unix:// or https://"));
+    }
+    socket_addr(raw).map(Address::Tcp)
 }
 
 /// The socket address an `http://` or `https://host:port` URL names; `localhost` means 127.0.0.1.
@@ -428,6 +462,10 @@ mod tests {
         assert!(matches!(config.initial_cluster(), Err(ConfigError::PeerUrlMismatch { .. })));
         assert_eq!(socket_addr("https://127.0.0.1:1").ok(), "127.0.0.1:1".parse().ok());
         assert!(matches!(socket_addr("unix://127.0.0.1:1"), Err(ConfigError::BadUrl { .. })));
+        assert_eq!(address("unix://localhost:2379").ok(), Some(Address::Unix("localhost:2379".into())));
+        assert_eq!(address("unix:///run/etcd.sock").ok(), Some(Address::Unix("/run/etcd.sock".into())));
+        assert!(matches!(address("unixs://localhost:2379"), Err(ConfigError::BadUrl { .. })));
+        assert_eq!(address("http://127.0.0.1:1").ok(), Some(Address::Tcp("127.0.0.1:1".parse().expect("addr"))));
         assert!(matches!(socket_addr("http://127.0.0.1"), Err(ConfigError::BadUrl { .. })));
     }
 }

@@ -14,7 +14,6 @@
 //! Handshakes are done here (rustls), not by tonic: the client listener rewrites HTTP/2 header blocks
 //! ([`crate::authority`]), which must see the decrypted stream.
 
-use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
@@ -257,7 +256,7 @@ impl TlsFlags {
     }
 
     /// The acceptor of the peer listener at `url` (which listens on `addr`): `None` for `http://`.
-    pub fn peer_acceptor(&self, url: &str, addr: SocketAddr) -> anyhow::Result<Option<TlsListen>> {
+    pub fn peer_acceptor(&self, url: &str, addr: impl std::fmt::Display) -> anyhow::Result<Option<TlsListen>> {
         if !is_https(url) {
             return Ok(None);
         }
@@ -382,6 +381,8 @@ fn read_key(path: &Path) -> anyhow::Result<PrivateKeyDer<'static>> {
 #[cfg(test)]
 mod tests {
     use clap::Parser;
+
+    use std::net::SocketAddr;
 
     use super::*;
 

@@ -222,3 +222,38 @@ async fn max_concurrent_streams_limits_the_streams_of_a_connection() -> anyhow::
     assert!(matches!(opened, Ok(Ok(_))), "the third stream did not open once the first ended");
     Ok(())
 }
+
+/// Members on unix sockets only (`unix://` client and peer URLs, as etcd names them: the socket file is
+/// the URL's host and path): they elect, replicate, serve etcdctl, and one killed with SIGKILL comes back
+/// on the same socket file.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn members_over_unix_sockets_form_a_cluster_and_survive_a_restart() -> anyhow::Result<()> {
+    let dir = tempfile::tempdir()?;
+    let cluster = "u1=unix://u1.peer,u2=unix://u2.peer,u3=unix://u3.peer";
+    let args = |n: usize| -> Vec<String> {
+        vec![
+            format!("--name=u{n}"),
+            format!("--listen-client-urls=unix://u{n}.client"),
+            format!("--advertise-client-urls=unix://u{n}.client"),
+            format!("--listen-peer-urls=unix://u{n}.peer"),
+            format!("--initial-advertise-peer-urls=unix://u{n}.peer"),
+            format!("--initial-cluster={cluster}"),
+        ]
+    };
+    let binary = ours()?;
+    let mut members = Vec::new();
+    for n in 1..=3 {
+        members.push(Spawned::start(&binary, dir.path(), &args(n), &[])?);
+    }
+    for member in &mut members {
+        member.wait_for_log("ready to serve client requests", START_TIMEOUT).await?;
+    }
+    let endpoint = |n: usize| format!("unix://{}", dir.path().join(format!("u{n}.client")).display());
+    assert_eq!(tests::etcdctl::run(&endpoint(1), &["put", "sock", "1"], None).await?.ok()?, "OK\n");
+    assert_eq!(tests::etcdctl::run(&endpoint(3), &["get", "sock", "--print-value-only"], None).await?.ok()?, "1\n");
+    drop(members.remove(2));
+    let mut back = Spawned::start(&binary, dir.path(), &args(3), &[])?;
+    back.wait_for_log("ready to serve client requests", START_TIMEOUT).await?;
+    assert_eq!(tests::etcdctl::run(&endpoint(3), &["get", "sock", "--print-value-only"], None).await?.ok()?, "1\n");
+    Ok(())
+}
