@@ -116,7 +116,13 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> anyhow::
         "starting an etcd server"
     );
     let (log_store, state_machine, store) = storage::open(&member_dir.join("db")).context("opening storage")?;
-    let log_store = log_store.without_fsync(config.clustering.unsafe_no_fsync);
+    let mut log_store = log_store.without_fsync(config.clustering.unsafe_no_fsync);
+    let mut state_machine = state_machine;
+    if config.clustering.force_new_cluster {
+        storage::force_new_cluster::force_new_cluster(&mut log_store, &mut state_machine, identity.member_id)
+            .await
+            .context("--force-new-cluster")?;
+    }
     if config.clustering.unsafe_no_fsync {
         warn!("--unsafe-no-fsync is set: the Raft log is not flushed before writes are acknowledged, and a crash can lose acknowledged writes");
     }

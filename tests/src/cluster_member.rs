@@ -210,6 +210,11 @@ impl ClusterMember {
         }
     }
 
+    /// Replaces the flags for the next (re)start.
+    pub fn set_args(&mut self, args: Vec<String>) {
+        self.args = args;
+    }
+
     /// Adds flags for the next (re)start.
     pub fn add_args(&mut self, args: &[&str]) {
         self.args.extend(args.iter().map(|arg| arg.to_string()));

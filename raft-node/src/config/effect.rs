@@ -67,9 +67,6 @@ fn refuse(config: &Config) -> Result<(), Refused> {
     if !member.listen_client_http_urls.is_empty() {
         return refused("--listen-client-http-urls", "HTTP is served on --listen-client-urls beside gRPC");
     }
-    if clustering.force_new_cluster {
-        return refused("--force-new-cluster", "restore the last snapshot into a new one-member cluster");
-    }
     Ok(())
 }
 

@@ -43,6 +43,7 @@ use serde::Serialize;
 
 use crate::typ::StorageError;
 
+pub mod force_new_cluster;
 pub mod log_store;
 pub mod sled_backend;
 pub mod snapshot;

@@ -113,6 +113,14 @@ impl CurrentSnapshot {
         Some(Snapshot { meta: stored.meta.clone(), snapshot: Box::new(Cursor::new(stored.data.clone())) })
     }
 
+    /// Forgets the current snapshot (`--force-new-cluster`: it names the old membership).
+    pub fn forget(&self) -> Result<(), StorageError> {
+        let mut current = self.current.lock();
+        self.tree.remove(KEY_CURRENT).map_err(|e| StorageIOError::write_snapshot(None, &e))?;
+        *current = None;
+        Ok(())
+    }
+
     /// Makes `meta`/`data` the current snapshot, durably, unless a snapshot of a later log id already is
     /// (a build racing with an install must not bring an older snapshot back).
     pub async fn save(&self, meta: &SnapshotMeta, data: Vec<u8>) -> Result<(), StorageError> {

@@ -142,6 +142,28 @@ impl StateMachine {
     }
 }
 
+impl StateMachine {
+    /// `--force-new-cluster`: makes `membership` this state machine's membership at its applied id,
+    /// committed to the backend at once, and forgets the current snapshot (it names the old one).
+    pub fn force_membership(
+        &mut self,
+        membership: openraft::Membership<crate::typ::NodeId, crate::typ::MemberNode>,
+    ) -> Result<(), StorageError> {
+        let stored = StoredMembership::new(self.last_applied, membership);
+        let write_err =
+            |e: &dyn std::fmt::Display| StorageIOError::write_state_machine(&io::Error::other(e.to_string()));
+        {
+            let mut store = self.store.write();
+            store.stage_meta(META_APPLIED, encode(&self.last_applied).map_err(|e| write_err(&e))?);
+            store.stage_meta(META_MEMBERSHIP, encode(&stored).map_err(|e| write_err(&e))?);
+            store.commit().map_err(|e| write_err(&e))?;
+            store.backend().sync().map_err(|e| write_err(&e))?;
+        }
+        self.membership = stored;
+        self.snapshot.forget()
+    }
+}
+
 /// The applied id and membership as last committed in the store's `Meta` bucket.
 fn read_applied(store: &MvccStore) -> Result<(Option<LogId>, StoredMembership), StorageError> {
     let read = |key: &[u8]| -> Result<Option<Vec<u8>>, StorageError> {
