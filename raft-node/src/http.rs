@@ -81,6 +81,10 @@ pub enum Routes {
     Client,
     /// A `--listen-metrics-urls` URL: `/metrics`, `/health`, `/livez` and `/readyz` only.
     Metrics,
+    /// A client URL while `--listen-client-http-urls` takes the HTTP side: gRPC only.
+    GrpcOnly,
+    /// A `--listen-client-http-urls` URL: the client URL's HTTP side (endpoints and gateway), no gRPC.
+    HttpOnly,
 }
 
 impl Endpoints {
@@ -301,9 +305,13 @@ where
 
     fn call(&mut self, mut request: Request<Body>) -> Self::Future {
         let layer = self.layer.clone();
-        if is_grpc(&request) && layer.routes == Routes::Client {
+        let grpc = is_grpc(&request);
+        if grpc && matches!(layer.routes, Routes::Client | Routes::GrpcOnly) {
             let answer = self.inner.call(request);
             return Box::pin(async move { Ok(answer.await?.map(Body::new)) });
+        }
+        if (grpc && layer.routes == Routes::HttpOnly) || layer.routes == Routes::GrpcOnly {
+            return Box::pin(async move { Ok(plain_error(StatusCode::NOT_FOUND, "404 page not found")) });
         }
         let endpoints = layer.endpoints.clone();
         if !layer.secure {
@@ -315,7 +323,8 @@ where
         }
         let origin = request.headers().get(header::ORIGIN).and_then(|v| v.to_str().ok());
         let origin = endpoints.access.cors_origin(origin).and_then(|o| HeaderValue::from_str(o).ok());
-        if request.method() == Method::OPTIONS && layer.routes == Routes::Client {
+        let client_http = matches!(layer.routes, Routes::Client | Routes::HttpOnly);
+        if request.method() == Method::OPTIONS && client_http {
             return Box::pin(async move { Ok(cors(Response::new(Body::empty()), origin)) });
         }
         // etcd 3.4's clients use the gateway under /v3beta/ (and /v3alpha/ before it): the same API.
@@ -325,7 +334,7 @@ where
                 *request.uri_mut() = uri;
             }
         }
-        let gateway = layer.routes == Routes::Client && endpoints.gateway;
+        let gateway = client_http && endpoints.gateway;
         if let Some(method) = gateway.then(|| gateway::route(request.uri().path())).flatten() {
             let grpc = self.inner.clone();
             return Box::pin(async move { Ok(cors(gateway::call(grpc, method, request).await, origin)) });

@@ -115,7 +115,18 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> anyhow::
         initial_cluster_state = config.initial_cluster_state,
         "starting an etcd server"
     );
-    let (log_store, state_machine, store) = storage::open(&member_dir.join("db")).context("opening storage")?;
+    // --wal-dir: the Raft log's database on a path (a disk) of its own, as etcd's WAL.
+    let log_dir = config.member.wal_dir.clone().unwrap_or_else(|| member_dir.join("db"));
+    let fresh = |dir: &std::path::Path| std::fs::read_dir(dir).map_or(true, |mut entries| entries.next().is_none());
+    if log_dir != member_dir.join("db") && fresh(&log_dir) && !fresh(&member_dir.join("db")) {
+        anyhow::bail!(
+            "--wal-dir {} is empty but this member's log is in {}: move it there, or start without --wal-dir",
+            log_dir.display(),
+            member_dir.join("db").display()
+        );
+    }
+    let (log_store, state_machine, store) =
+        storage::open_split(&log_dir, &member_dir.join("db")).context("opening storage")?;
     let mut log_store = log_store.without_fsync(config.clustering.unsafe_no_fsync);
     let mut state_machine = state_machine;
     if config.clustering.force_new_cluster {
@@ -301,10 +312,18 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> anyhow::
     }
     tokio::spawn(clock.clone().run(forwarder));
 
+    // With --listen-client-http-urls, the client URLs serve gRPC only and those URLs the HTTP side.
+    let http_urls = &config.member.listen_client_http_urls;
+    let client_routes = if http_urls.is_empty() { Routes::Client } else { Routes::GrpcOnly };
     let mut client_listeners = Vec::new();
     for (addr, tls) in client_addrs.into_iter().zip(client_tls) {
         let listener = bind(&addr, &config).await?;
-        client_listeners.push((addr, listener, tls));
+        client_listeners.push((addr, listener, tls, client_routes));
+    }
+    for (url, addr) in http_urls.iter().zip(addrs(http_urls)?) {
+        let tls = config.tls.client_acceptor(url)?;
+        let listener = bind(&addr, &config).await?;
+        client_listeners.push((addr, listener, tls, Routes::HttpOnly));
     }
     // The metrics URLs serve /metrics and the health endpoints from the start, as etcd: probes see an
     // unready member rather than a refused connection.
@@ -359,11 +378,16 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> anyhow::
     if published {
         info!("ready to serve client requests");
         let keepalive = |d: Duration| (!d.is_zero()).then_some(d);
-        for (addr, listener, tls) in client_listeners {
+        for (addr, listener, tls, routes) in client_listeners {
+            let traffic = match routes {
+                Routes::GrpcOnly => "grpc",
+                Routes::HttpOnly => "http",
+                _ => "grpc+http",
+            };
             if tls.is_some() {
-                info!(traffic = "grpc+http", address = %addr, "serving client traffic securely");
+                info!(traffic, address = %addr, "serving client traffic securely");
             } else {
-                warn!(traffic = "grpc+http", address = %addr, "serving client traffic insecurely; this is strongly discouraged!");
+                warn!(traffic, address = %addr, "serving client traffic insecurely; this is strongly discouraged!");
             }
             let router = tonic::transport::Server::builder()
                 .tcp_nodelay(true)
@@ -372,7 +396,7 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> anyhow::
                 .http2_keepalive_timeout(keepalive(config.member.grpc_keepalive_timeout))
                 // etcd serves HTTP (health, version, metrics) on the same port as gRPC.
                 .accept_http1(true)
-                .layer(http.for_listener(Routes::Client, tls.is_some()))
+                .layer(http.for_listener(routes, tls.is_some()))
                 .layer(CertIdentityLayer { enabled: config.tls.client_cert_auth })
                 .layer(tonic::service::InterceptorLayer::new(require_leader.clone()))
                 .layer(GrpcMetricsLayer)

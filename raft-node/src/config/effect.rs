@@ -29,7 +29,7 @@ pub fn check(config: &Config) -> Result<Vec<String>, Refused> {
 }
 
 fn refuse(config: &Config) -> Result<(), Refused> {
-    let (clustering, monitoring, member) = (&config.clustering, &config.monitoring, &config.member);
+    let (clustering, monitoring) = (&config.clustering, &config.monitoring);
     let refused = |flag, instead| Err(Refused { flag, instead });
     if clustering.enable_v2 {
         return refused("--enable-v2=true", "the v2 API is not served (etcd 3.6 removed it too); use the v3 API");
@@ -60,12 +60,6 @@ fn refuse(config: &Config) -> Result<(), Refused> {
     }
     if monitoring.enable_pprof {
         return refused("--enable-pprof", "profile the process with `perf record -g -p PID`");
-    }
-    if member.wal_dir.is_some() {
-        return refused("--wal-dir", "the Raft log and the data share one sled database in --data-dir");
-    }
-    if !member.listen_client_http_urls.is_empty() {
-        return refused("--listen-client-http-urls", "HTTP is served on --listen-client-urls beside gRPC");
     }
     Ok(())
 }
@@ -196,7 +190,6 @@ mod tests {
             (&["--proxy=on"], "--proxy"),
             (&["--discovery=https://discovery.example/abc"], "--discovery"),
             (&["--discovery-srv=example.com"], "--discovery-srv"),
-            (&["--wal-dir=/wal"], "--wal-dir"),
         ] {
             let refused = check(&config(args)).expect_err("refused");
             assert_eq!(refused.flag, flag, "{args:?}");

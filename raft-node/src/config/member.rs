@@ -77,7 +77,7 @@ pub struct MemberFlags {
 
     /// Comma-separated whitelist of origins for CORS, or cross-origin resource sharing, (empty or * means
     /// allow all).
-    #[arg(long, env = "ETCD_CORS", default_value = "*", value_delimiter = ',')]
+    #[arg(long, env = "ETCD_CORS", default_value = "*", value_delimiter = ',', value_parser = cors_origin)]
     pub cors: Vec<String>,
 
     /// Acceptable hostnames from HTTP client requests, if server is not secure (empty or * means allow
@@ -92,4 +92,31 @@ pub struct MemberFlags {
     /// Write timeout set on each rafthttp connection.
     #[arg(long, env = "ETCD_RAFT_WRITE_TIMEOUT", default_value = "5s", value_parser = parse_duration)]
     pub raft_write_timeout: Duration,
+}
+
+/// A `--cors` origin as etcd takes it: `*`, or a URL with an explicit `host:port`.
+fn cors_origin(text: &str) -> Result<String, String> {
+    if text.is_empty() || text == "*" {
+        return Ok(text.to_string());
+    }
+    let authority = text.split_once("://").map(|(_, rest)| rest.trim_end_matches('/')).unwrap_or_default();
+    let has_port =
+        authority.rsplit_once(':').is_some_and(|(host, port)| !host.is_empty() && port.parse::<u16>().is_ok());
+    if !has_port || url::Url::parse(text).is_err() {
+        return Err(format!("URL address does not have the form \"host:port\": {text}"));
+    }
+    Ok(text.to_string())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn cors_origins_need_a_port_as_in_etcd() {
+        assert_eq!(cors_origin("*").as_deref(), Ok("*"));
+        assert_eq!(cors_origin("https://ui.example:8443").as_deref(), Ok("https://ui.example:8443"));
+        assert!(cors_origin("https://ui.example").is_err());
+        assert!(cors_origin("ui.example:80").is_err(), "a scheme too");
+    }
 }

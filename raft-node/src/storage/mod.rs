@@ -64,7 +64,13 @@ const CACHE_BYTES: u64 = 64 * 1024 * 1024;
 /// Opens (or creates) the member's database at `dir`: the log store, the state machine and the MVCC
 /// store the services read, all on one sled database (see the module doc for why).
 pub fn open(dir: &Path) -> Result<(LogStore, StateMachine, SharedStore), StorageError> {
-    let db = open_db(dir).map_err(|e| StorageIOError::read(&e))?;
+    open_split(dir, dir)
+}
+
+/// [`open`] with the log's database at `log_dir` (`--wal-dir`, on a disk of its own) and the MVCC store's
+/// beside `dir`.
+pub fn open_split(log_dir: &Path, dir: &Path) -> Result<(LogStore, StateMachine, SharedStore), StorageError> {
+    let db = open_db(log_dir).map_err(|e| StorageIOError::read(&e))?;
     let backend =
         SledBackend::open(&dir.with_extension("kv"), &db).map_err(|e| StorageIOError::read_state_machine(&e))?;
     let store = MvccStore::open(Arc::new(backend)).map_err(|e| StorageIOError::read_state_machine(&e))?;

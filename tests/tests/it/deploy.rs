@@ -1,6 +1,7 @@
 //! A member started the way operators deploy etcd: kubeadm's static-pod flags with certificates, a
 //! config file, `ETCD_*` variables, probes on the metrics URL; and flags it cannot honour refused in
-//! one line. These run our binary only: etcd 3.4.23 has neither `/livez` nor `/readyz`.
+//! one line. Most run our binary only (etcd 3.4.23 has neither `/livez` nor `/readyz`, nor 3.5's flags);
+//! those that say so pass on etcd 3.4.23 too.
 
 use std::time::{Duration, Instant};
 
@@ -255,5 +256,66 @@ async fn members_over_unix_sockets_form_a_cluster_and_survive_a_restart() -> any
     let mut back = Spawned::start(&binary, dir.path(), &args(3), &[])?;
     back.wait_for_log("ready to serve client requests", START_TIMEOUT).await?;
     assert_eq!(tests::etcdctl::run(&endpoint(3), &["get", "sock", "--print-value-only"], None).await?.ok()?, "1\n");
+    Ok(())
+}
+
+/// `--wal-dir` keeps the Raft log's database on its own path (a disk of its own), and the member keeps its
+/// data across a restart; `--listen-client-http-urls` moves the HTTP side (health, gateway) off the client
+/// URL, which then serves gRPC only.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn wal_dir_and_http_only_client_urls() -> anyhow::Result<()> {
+    let dir = tempfile::tempdir()?;
+    let [client, peer, http_port] = free_ports(3)?[..] else { unreachable!("three ports") };
+    let args = vec![
+        "--name=w1".to_string(),
+        "--data-dir=data".into(),
+        "--wal-dir=wal".into(),
+        format!("--listen-client-urls=http://127.0.0.1:{client}"),
+        format!("--advertise-client-urls=http://127.0.0.1:{client}"),
+        format!("--listen-client-http-urls=http://127.0.0.1:{http_port}"),
+        format!("--listen-peer-urls=http://127.0.0.1:{peer}"),
+        format!("--initial-advertise-peer-urls=http://127.0.0.1:{peer}"),
+        format!("--initial-cluster=w1=http://127.0.0.1:{peer}"),
+    ];
+    let mut member = Spawned::start(&ours()?, dir.path(), &args, &[])?;
+    member.wait_for_log("ready to serve client requests", START_TIMEOUT).await?;
+    let endpoint = format!("127.0.0.1:{client}");
+    assert_eq!(tests::etcdctl::run(&endpoint, &["put", "wal", "1"], None).await?.ok()?, "OK\n");
+    assert!(std::fs::read_dir(dir.path().join("wal"))?.next().is_some(), "the log's database is in --wal-dir");
+    assert!(!dir.path().join("data/member/db").exists(), "and not in the data dir");
+    let http_url = format!("http://127.0.0.1:{http_port}");
+    assert_eq!(http::get(&http_url, "/health").await?.status, 200);
+    let range = http::request(&http_url, "POST", "/v3/kv/range", Some(r#"{"key":"d2Fs"}"#)).await?;
+    assert!(range.status == 200 && range.body.contains(r#""value":"MQ==""#), "{range:?}");
+    assert_eq!(http::get(&format!("http://127.0.0.1:{client}"), "/health").await?.status, 404, "gRPC only");
+    drop(member);
+    let mut member = Spawned::start(&ours()?, dir.path(), &args, &[])?;
+    member.wait_for_log("ready to serve client requests", START_TIMEOUT).await?;
+    let value = tests::etcdctl::run(&endpoint, &["get", "wal", "--print-value-only"], None).await?.ok()?;
+    assert_eq!(value, "1\n");
+    Ok(())
+}
+
+/// The gateway under `/v3beta/` as under `/v3/` (etcd 3.4's clients use it), `--host-whitelist` refusing
+/// a plain-HTTP request for another host with etcd's 421, and `--cors` echoing an allowed origin only.
+/// Passes on etcd 3.4.23 (`KV_TEST_SERVER=etcd`) and ours.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn gateway_paths_host_whitelist_and_cors_answer_as_etcd() -> anyhow::Result<()> {
+    let config = tests::MemberConfig {
+        extra_args: vec!["--host-whitelist=127.0.0.1,localhost".into(), "--cors=https://ui.example:8443".into()],
+        ..tests::MemberConfig::default()
+    };
+    let member = tests::Member::start_with(config).await?;
+    let url = member.client_url();
+    member.etcdctl(&["put", "beta", "1"]).await?.ok()?;
+    let beta = http::request(&url, "POST", "/v3beta/kv/range", Some(r#"{"key":"YmV0YQ=="}"#)).await?;
+    assert!(beta.status == 200 && beta.body.contains(r#""value":"MQ==""#), "{beta:?}");
+    let other_host = http::request_with(&url, "GET", "/health", None, &[("Host", "evil.example:2379")]).await?;
+    assert_eq!(other_host.status, 421, "{other_host:?}");
+    assert!(other_host.body.contains("etcd --host-whitelist \"evil.example\""), "{other_host:?}");
+    let allowed = http::request_with(&url, "GET", "/health", None, &[("Origin", "https://ui.example:8443")]).await?;
+    assert_eq!(allowed.header("access-control-allow-origin"), Some("https://ui.example:8443"));
+    let foreign = http::request_with(&url, "GET", "/health", None, &[("Origin", "https://other.example")]).await?;
+    assert_eq!(foreign.header("access-control-allow-origin"), None);
     Ok(())
 }
