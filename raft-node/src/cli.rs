@@ -23,7 +23,14 @@ pub async fn main() -> ExitCode {
             return ExitCode::from(2);
         }
     };
-    let notes = match effect::check(&config) {
+    let settings = match crate::config::settings::resolve(&config) {
+        Ok(settings) => settings,
+        Err(err) => {
+            eprintln!("raft-node: {err}");
+            return ExitCode::FAILURE;
+        }
+    };
+    let notes = match effect::check(&config, &settings) {
         Ok(notes) => notes,
         Err(refused) => {
             eprintln!("raft-node: {refused}");
@@ -42,8 +49,8 @@ pub async fn main() -> ExitCode {
         eprintln!("raft-node: cannot open the log output {:?}: {err}", config.log_outputs);
         return ExitCode::FAILURE;
     }
-    for note in notes {
-        warn!("{note}");
+    for warning in settings.deprecations.iter().chain(&notes) {
+        warn!("{warning}");
     }
     match crate::server::run(config, crate::server::shutdown_signal()).await {
         Ok(()) => ExitCode::SUCCESS,

@@ -44,6 +44,8 @@ pub struct Endpoints {
     pub access: Access,
     /// `--enable-grpc-gateway`.
     pub gateway: bool,
+    /// The feature gates (name, stage, enabled), for `/metrics`.
+    pub features: Vec<(&'static str, &'static str, bool)>,
 }
 
 /// etcd's access control on the HTTP side of the client port.
@@ -160,6 +162,7 @@ impl Endpoints {
             applied_index: status.raft_applied_index,
             server_version: self.version.clone(),
             quota_backend_bytes: self.quota_backend_bytes,
+            features: self.features.clone(),
             ..MemberView::default()
         };
         // The backend's size and /proc are read from files: not on the runtime.

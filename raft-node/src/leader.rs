@@ -154,13 +154,12 @@ pub struct Leader {
     pub strict_reconfig_check: bool,
     /// Since when each peer has answered this member's Raft messages.
     pub connectivity: Connectivity,
+    /// `--max-learners` (etcd's default 1): how many learners the cluster may have at once.
+    pub max_learners: usize,
 }
 
 /// etcd's `HealthInterval`: how long the members a change needs must have been reachable.
 const HEALTH_INTERVAL: Duration = Duration::from_secs(5);
-
-/// etcd's `maxLearners`: how many learners a cluster may have at once.
-const MAX_LEARNERS: usize = 1;
 
 /// etcd promotes a learner only once it has at least this share of the leader's log.
 const LEARNER_READY_SHARE: f64 = 0.9;
@@ -330,8 +329,7 @@ impl Leader {
             return Err(Error::MemberBadUrls);
         }
         check_peer_urls(&membership, &peer_urls, None)?;
-        // etcd allows one learner at a time (`maxLearners`).
-        if is_learner && membership.learner_ids().count() >= MAX_LEARNERS {
+        if is_learner && membership.learner_ids().count() >= self.max_learners {
             return Err(Error::TooManyLearners);
         }
         // As etcd: the time keeps a re-added member (same URLs) from reusing a removed member's id.

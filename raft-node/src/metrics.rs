@@ -209,6 +209,8 @@ pub struct MemberView {
     pub current_revision: i64,
     pub compact_revision: i64,
     pub quota_backend_bytes: u64,
+    /// The feature gates: name, stage, enabled.
+    pub features: Vec<(&'static str, &'static str, bool)>,
     pub process: ProcessView,
 }
 
@@ -414,6 +416,16 @@ pub fn render(view: &MemberView) -> String {
         out.histograms("etcd_network_peer_round_trip_time_seconds", "Round-Trip-Time histogram between peers", &series);
     }
 
+    let features: Vec<([(&str, &str); 2], f64)> = view
+        .features
+        .iter()
+        .map(|(name, stage, on)| ([("name", *name), ("stage", *stage)], if *on { 1.0 } else { 0.0 }))
+        .collect();
+    let series: Vec<(Labels<'_>, f64)> = features.iter().map(|(labels, value)| (&labels[..], *value)).collect();
+    if !series.is_empty() {
+        let help = "Whether or not a feature is enabled. 1 is enabled, 0 is not.";
+        out.labelled("etcd_server_feature_enabled", help, GAUGE, &series);
+    }
     m.render_health_checks(&mut out);
     m.grpc.render(&mut out);
     out.finish()

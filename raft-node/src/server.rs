@@ -83,10 +83,12 @@ macro_rules! serve {
 pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> anyhow::Result<()> {
     let initial_cluster = config.initial_cluster()?;
     // A flag this member cannot honour stops it here too (the binaries check first, to say it in one line).
-    crate::config::effect::check(&config)?;
+    let settings = crate::config::settings::resolve(&config).map_err(anyhow::Error::msg)?;
+    crate::config::effect::check(&config, &settings)?;
     // --auto-tls and --peer-auto-tls: self-signed certificates in the data dir, made before anything
     // listens.
     let tls = config.tls.with_auto_tls(&config.data_dir(), &config.listen_client_urls, &config.listen_peer_urls)?;
+    let tls = tls::TlsFlags { skip_peer_san_check: settings.peer_skip_client_san_verification, ..tls };
     let config = Config { tls, ..config };
     let client_addrs = addrs(&config.listen_client_urls)?;
     let peer_addrs = addrs(&config.listen_peer_urls)?;
@@ -137,7 +139,7 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> anyhow::
     if config.clustering.unsafe_no_fsync {
         warn!("--unsafe-no-fsync is set: the Raft log is not flushed before writes are acknowledged, and a crash can lose acknowledged writes");
     }
-    if config.experimental.experimental_memory_mlock {
+    if settings.memory_mlock {
         use nix::sys::mman::{mlockall, MlockAllFlags};
         mlockall(MlockAllFlags::MCL_CURRENT | MlockAllFlags::MCL_FUTURE)
             .context("--experimental-memory-mlock: locking the process' memory in RAM (raise RLIMIT_MEMLOCK)")?;
@@ -157,9 +159,7 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> anyhow::
         snapshot_policy: openraft::SnapshotPolicy::LogsSinceLast(config.snapshot_count),
         // Entries kept behind a snapshot for slow followers (etcd: --experimental-snapshot-catchup-entries,
         // 5000); a follower further behind catches up by snapshot install.
-        max_in_snapshot_log_to_keep: config
-            .snapshot_count
-            .min(config.experimental.experimental_snapshot_catchup_entries),
+        max_in_snapshot_log_to_keep: config.snapshot_count.min(settings.snapshot_catchup_entries),
         ..Default::default()
     }
     .validate()
@@ -202,6 +202,7 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> anyhow::
         confirmations: Leader::confirmation_rounds(&raft),
         strict_reconfig_check: config.clustering.strict_reconfig_check,
         connectivity,
+        max_learners: config.renamed.max_learners,
     };
     let consensus = Arc::new(RaftConsensus::new(leader.clone()).with_snapshot_dir(member_dir.clone()));
     let api = ApiConfig {
@@ -238,8 +239,8 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> anyhow::
     {
         tokio::spawn(auto_compaction::run(leader.clone(), policy));
     }
-    if !config.experimental_corrupt_check_time.is_zero() {
-        let interval = config.experimental_corrupt_check_time;
+    if !settings.corrupt_check_time.is_zero() {
+        let interval = settings.corrupt_check_time;
         let checks =
             crate::corrupt_check::check_periodically(consensus.clone(), store.clone(), dialer.clone(), interval);
         tokio::spawn(checks);
@@ -248,7 +249,7 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> anyhow::
         .max_decoding_message_size(usize::MAX)
         .max_encoding_message_size(usize::MAX);
     let watch_config = WatchConfig {
-        progress_notify_interval: config.experimental_watch_progress_notify_interval,
+        progress_notify_interval: settings.watch_progress_notify_interval,
         fragment_bytes: max_message,
         leader_check_interval: election,
     };
@@ -290,6 +291,7 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> anyhow::
         quota_backend_bytes: config.quota_backend_bytes().unwrap_or(0),
         access: Access { cors: config.member.cors.clone(), hosts: config.member.host_whitelist.clone() },
         gateway: config.member.enable_grpc_gateway,
+        features: settings.gates.all(),
     });
     tokio::spawn(metrics::count_leader_changes(raft.clone()));
     tokio::spawn(probe::probe_peers(network, raft.clone(), identity.member_id));
@@ -372,7 +374,7 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> anyhow::
             "published local member to cluster through raft"
         );
     }
-    if published && config.experimental_initial_corrupt_check {
+    if published && settings.gates.enabled("InitialCorruptCheck") {
         crate::corrupt_check::check_initially(&consensus, &store, &dialer).await?;
     }
     if published {

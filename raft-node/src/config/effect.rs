@@ -11,6 +11,7 @@
 
 use std::time::Duration;
 
+use super::settings::Settings;
 use super::Config;
 
 /// A flag the member cannot honour: it does not start.
@@ -23,12 +24,12 @@ pub struct Refused {
 
 /// The flags this configuration sets that have no effect here, each with the reason, or the first flag
 /// it sets that the member cannot honour.
-pub fn check(config: &Config) -> Result<Vec<String>, Refused> {
-    refuse(config)?;
-    Ok(no_effect(config))
+pub fn check(config: &Config, settings: &Settings) -> Result<Vec<String>, Refused> {
+    refuse(config, settings)?;
+    Ok(no_effect(config, settings))
 }
 
-fn refuse(config: &Config) -> Result<(), Refused> {
+fn refuse(config: &Config, settings: &Settings) -> Result<(), Refused> {
     let (clustering, monitoring) = (&config.clustering, &config.monitoring);
     let refused = |flag, instead| Err(Refused { flag, instead });
     if clustering.enable_v2 {
@@ -46,12 +47,15 @@ fn refuse(config: &Config) -> Result<(), Refused> {
     if !clustering.discovery_srv.is_empty() || !clustering.discovery_srv_name.is_empty() {
         return refused("--discovery-srv", "DNS discovery is not built; bootstrap with --initial-cluster");
     }
+    if !config.renamed.discovery_endpoints.is_empty() || !config.renamed.discovery_token.is_empty() {
+        return refused("--discovery-endpoints", "v3 discovery is not built; bootstrap with --initial-cluster");
+    }
     if !clustering.discovery_proxy.is_empty() {
         return refused("--discovery-proxy", "discovery is not built; bootstrap with --initial-cluster");
     }
-    if monitoring.experimental_enable_distributed_tracing {
+    if settings.distributed_tracing {
         return refused(
-            "--experimental-enable-distributed-tracing",
+            "--enable-distributed-tracing",
             "no OpenTelemetry exporter is built in; use --log-format json and the metrics",
         );
     }
@@ -64,8 +68,9 @@ fn refuse(config: &Config) -> Result<(), Refused> {
     Ok(())
 }
 
-fn no_effect(config: &Config) -> Vec<String> {
-    let (member, experimental) = (&config.member, &config.experimental);
+fn no_effect(config: &Config, settings: &Settings) -> Vec<String> {
+    let member = &config.member;
+    let gates = &settings.gates;
     let mut notes = Vec::new();
     let mut note = |set: bool, flag: &str, why: &str| {
         if set {
@@ -112,40 +117,41 @@ fn no_effect(config: &Config) -> Vec<String> {
         "there is no v2 store and no discovery",
     );
     note(
-        !experimental.experimental_txn_mode_write_with_shared_buffer,
-        "--experimental-txn-mode-write-with-shared-buffer",
+        !gates.enabled("TxnModeWriteWithSharedBuffer"),
+        "TxnModeWriteWithSharedBuffer=false",
         "transactions read the store they write, with no separate buffer",
     );
     note(
-        experimental.experimental_bootstrap_defrag_threshold_megabytes != 0,
-        "--experimental-bootstrap-defrag-threshold-megabytes",
+        settings.bootstrap_defrag_threshold_megabytes != 0,
+        "--bootstrap-defrag-threshold-megabytes",
         "sled reclaims space as it goes; `etcdctl defrag` compacts the files",
     );
     note(
-        experimental.experimental_stop_grpc_service_on_defrag,
-        "--experimental-stop-grpc-service-on-defrag",
+        gates.enabled("StopGRPCServiceOnDefrag"),
+        "StopGRPCServiceOnDefrag",
         "defragmentation does not stop requests here",
     );
     note(
-        experimental.experimental_compaction_batch_limit != 1000
-            || experimental.experimental_compaction_sleep_interval != Duration::from_millis(10),
-        "--experimental-compaction-batch-limit/--experimental-compaction-sleep-interval",
+        settings.compaction_batch_limit != 1000 || settings.compaction_sleep_interval != Duration::from_millis(10),
+        "--compaction-batch-limit/--compaction-sleep-interval",
         "compaction removes a revision range in one pass",
     );
+    note(settings.downgrade_check_time != five, "--downgrade-check-time", "downgrades are not supported yet");
     note(
-        experimental.experimental_downgrade_check_time != five,
-        "--experimental-downgrade-check-time",
-        "downgrades are not supported yet",
-    );
-    note(
-        experimental.experimental_enable_lease_checkpoint || experimental.experimental_enable_lease_checkpoint_persist,
-        "--experimental-enable-lease-checkpoint(-persist)",
+        gates.enabled("LeaseCheckpoint") || gates.enabled("LeaseCheckpointPersist"),
+        "LeaseCheckpoint/LeaseCheckpointPersist",
         "a new leader restarts every lease's TTL, as etcd without checkpoints",
     );
     note(
-        experimental.experimental_compact_hash_check_enabled,
-        "--experimental-compact-hash-check-enabled",
-        "use --experimental-corrupt-check-time, which compares every member's HashKV",
+        gates.enabled("CompactHashCheck"),
+        "CompactHashCheck",
+        "use --corrupt-check-time, which compares every member's HashKV",
+    );
+    note(gates.enabled("SetMemberLocalAddr"), "SetMemberLocalAddr", "peers are dialed from the advertised peer IP");
+    note(
+        settings.warning_unary_request_duration != Duration::from_millis(300),
+        "--warning-unary-request-duration",
+        "slow requests are not logged yet",
     );
     note(
         !config.clustering.pre_vote,
@@ -158,9 +164,9 @@ fn no_effect(config: &Config) -> Vec<String> {
         "a member that starts waits an election timeout for a leader before it campaigns either way",
     );
     note(
-        experimental.experimental_warning_apply_duration != Duration::from_millis(100),
-        "--experimental-warning-apply-duration",
-        "slow requests are not logged yet",
+        settings.warning_apply_duration != Duration::from_millis(100),
+        "--warning-apply-duration",
+        "slow applies are not logged yet",
     );
     for key in &config.ignored_file_keys {
         notes.push(format!("config file key {key:?} names no flag; ignored, as etcd ignores it"));
@@ -176,6 +182,10 @@ mod tests {
 
     fn config(args: &[&str]) -> Config {
         Config::try_parse_from(std::iter::once("raft-node").chain(args.iter().copied())).expect("valid flags")
+    }
+
+    fn check(config: &Config) -> Result<Vec<String>, Refused> {
+        super::check(config, &crate::config::settings::resolve(config).expect("settings"))
     }
 
     #[test]

@@ -1,13 +1,16 @@
 //! Member configuration: etcd's flag names, defaults and `ETCD_*` environment variables, and etcd's YAML
 //! configuration file.
 //!
-//! Every flag of etcd 3.5's `etcd --help` is accepted with etcd's default (the list is kept in
-//! `raft-node/etcd-3.5-flags.txt`, and a test holds `--help` against it). What each one does here is
+//! Every flag of etcd 3.5's and 3.6's `etcd --help` is accepted with etcd's default (the lists are kept in
+//! `raft-node/etcd-3.5-flags.txt` and `etcd-3.6-flags.txt`, and a test holds `--help` against them). What each one does here is
 //! decided in [`effect`]: most act as in etcd; the few that cannot stop the member with one line saying so
 //! and what to use instead, and those that have nothing to act on in this store say so in the log.
 //!
 //! - [`member`], [`clustering`], [`monitoring`], [`experimental`]: the flag groups of etcd's help text.
 //! - [`auth_token`]: `--auth-token`, simple or JWT with its keys.
+//! - [`renamed`]: etcd 3.6's names of 3.5's experimental flags, and 3.6's new flags.
+//! - [`gates`]: etcd 3.6's feature gates.
+//! - [`settings`]: what old and new names come to, with 3.6's deprecation warnings.
 //! - [`file`]: `--config-file`, etcd's YAML keys turned into flags.
 //! - [`effect`]: flags refused or without effect here.
 //! - [`duration`]: Go's duration syntax.
@@ -18,17 +21,18 @@ pub mod duration;
 pub mod effect;
 pub mod experimental;
 pub mod file;
+pub mod gates;
 pub mod member;
 pub mod monitoring;
+pub mod renamed;
+pub mod settings;
 
 pub use duration::parse_duration;
 
+use clap::{CommandFactory, FromArgMatches, Parser};
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::path::PathBuf;
-use std::time::Duration;
-
-use clap::{CommandFactory, FromArgMatches, Parser};
 
 /// An etcd-compatible key-value store member.
 #[derive(Clone, Debug, Parser)]
@@ -103,15 +107,6 @@ pub struct Config {
     #[arg(long, env = "ETCD_EMULATED_VERSION", default_value = kv_api::ETCD_VERSION)]
     pub emulated_version: String,
 
-    /// Duration of periodic watch progress notifications.
-    #[arg(
-        long,
-        env = "ETCD_EXPERIMENTAL_WATCH_PROGRESS_NOTIFY_INTERVAL",
-        default_value = "10m",
-        value_parser = parse_duration
-    )]
-    pub experimental_watch_progress_notify_interval: Duration,
-
     /// Raise alarms when backend size exceeds the given quota (0 defaults to low space quota, 2 GiB;
     /// negative disables the quota).
     #[arg(long, env = "ETCD_QUOTA_BACKEND_BYTES", default_value_t = 0, allow_negative_numbers = true)]
@@ -130,14 +125,6 @@ pub struct Config {
     /// Time (in seconds) of the auth-token-ttl.
     #[arg(long, env = "ETCD_AUTH_TOKEN_TTL", default_value_t = 300)]
     pub auth_token_ttl: u64,
-
-    /// Enable to check data corruption before serving any client/peer traffic.
-    #[arg(long, env = "ETCD_EXPERIMENTAL_INITIAL_CORRUPT_CHECK", default_value_t = false, action = clap::ArgAction::Set, num_args = 0..=1, default_missing_value = "true")]
-    pub experimental_initial_corrupt_check: bool,
-
-    /// Duration of time between cluster corruption check passes (0s: never).
-    #[arg(long, env = "ETCD_EXPERIMENTAL_CORRUPT_CHECK_TIME", default_value = "0s", value_parser = parse_duration)]
-    pub experimental_corrupt_check_time: Duration,
 
     /// Configures log level. Only supports debug, info, warn, error, panic, or fatal (`RUST_LOG`, when
     /// set, overrides it).
@@ -178,6 +165,9 @@ pub struct Config {
 
     #[command(flatten)]
     pub experimental: experimental::ExperimentalFlags,
+
+    #[command(flatten)]
+    pub renamed: renamed::RenamedFlags,
 
     /// Keys of the configuration file that name no flag (etcd ignores them; the member logs them).
     #[arg(skip)]
@@ -359,6 +349,8 @@ pub fn socket_addr(raw: &str) -> Result<SocketAddr, ConfigError> {
 
 #[cfg(test)]
 mod tests {
+    use std::time::Duration;
+
     use super::*;
 
     fn parse(args: &[&str]) -> Config {
@@ -366,21 +358,24 @@ mod tests {
     }
 
     #[test]
-    fn every_etcd_3_5_flag_is_taken_with_its_variable() {
+    fn every_etcd_flag_is_taken_with_its_variable() {
         let ours = Config::command();
         let longs: Vec<&str> = ours.get_arguments().filter_map(|arg| arg.get_long()).collect();
-        let listed = include_str!("../../etcd-3.5-flags.txt");
-        let etcd: Vec<&str> =
-            listed.lines().filter(|l| !l.starts_with('#')).map(|l| l.trim_start_matches("--")).collect();
-        assert!(etcd.len() > 100, "the list holds etcd 3.5's flags");
-        // clap adds --help and --version itself.
-        let missing: Vec<&&str> = etcd.iter().filter(|f| !longs.contains(f) && **f != "version").collect();
-        assert!(missing.is_empty(), "etcd 3.5 flags raft-node lacks: {missing:?}");
-        // Every flag of etcd's is also its ETCD_* variable.
-        for arg in ours.get_arguments().filter(|arg| arg.get_long().is_some_and(|long| etcd.contains(&long))) {
-            let long = arg.get_long().unwrap_or_default();
-            let want = format!("ETCD_{}", long.to_uppercase().replace('-', "_"));
-            assert_eq!(arg.get_env().and_then(|e| e.to_str()), Some(want.as_str()), "--{long}");
+        for (version, listed) in
+            [("3.5", include_str!("../../etcd-3.5-flags.txt")), ("3.6", include_str!("../../etcd-3.6-flags.txt"))]
+        {
+            let etcd: Vec<&str> =
+                listed.lines().filter(|l| !l.starts_with('#')).map(|l| l.trim_start_matches("--")).collect();
+            assert!(etcd.len() > 100, "the list holds etcd {version}'s flags");
+            // clap adds --help and --version itself.
+            let missing: Vec<&&str> = etcd.iter().filter(|f| !longs.contains(f) && **f != "version").collect();
+            assert!(missing.is_empty(), "etcd {version} flags raft-node lacks: {missing:?}");
+            // Every flag of etcd's is also its ETCD_* variable.
+            for arg in ours.get_arguments().filter(|arg| arg.get_long().is_some_and(|long| etcd.contains(&long))) {
+                let long = arg.get_long().unwrap_or_default();
+                let want = format!("ETCD_{}", long.to_uppercase().replace('-', "_"));
+                assert_eq!(arg.get_env().and_then(|e| e.to_str()), Some(want.as_str()), "--{long}");
+            }
         }
     }
 
@@ -416,14 +411,11 @@ mod tests {
         assert_eq!(config.data_dir(), PathBuf::from("default.etcd"));
         assert_eq!(config.max_txn_ops, 128);
         assert_eq!(config.max_request_bytes, 1572864);
-        assert_eq!(config.experimental_watch_progress_notify_interval, Duration::from_secs(600));
         assert_eq!(config.quota_backend_bytes(), Some(2 * 1024 * 1024 * 1024));
-        assert_eq!(config.experimental_corrupt_check_time, Duration::ZERO);
         assert_eq!(config.log_level, "info");
         assert_eq!(config.member.max_concurrent_streams, u32::MAX);
         assert_eq!(config.member.grpc_keepalive_interval, Duration::from_secs(7200));
         assert!(config.clustering.strict_reconfig_check && config.clustering.pre_vote);
-        assert_eq!(config.experimental.experimental_snapshot_catchup_entries, 5000);
         assert_eq!(config.tls.tls_min_version, "TLS1.2");
         assert!(!config.log_json());
         assert_eq!(socket_addr(&config.listen_client_urls[0]).unwrap(), "127.0.0.1:2379".parse().unwrap());
@@ -440,9 +432,15 @@ mod tests {
         assert!(parse(&["--logger", "zap"]).log_json());
         assert!(!parse(&["--logger", "zap", "--log-format", "text"]).log_json());
         assert!(parse(&["--log-format", "json"]).log_json());
-        assert!(!parse(&[]).experimental_initial_corrupt_check);
-        assert!(parse(&["--experimental-initial-corrupt-check"]).experimental_initial_corrupt_check);
-        assert!(!parse(&["--experimental-initial-corrupt-check=false"]).experimental_initial_corrupt_check);
+        assert_eq!(parse(&[]).experimental.experimental_initial_corrupt_check, None);
+        assert_eq!(
+            parse(&["--experimental-initial-corrupt-check"]).experimental.experimental_initial_corrupt_check,
+            Some(true)
+        );
+        assert_eq!(
+            parse(&["--experimental-initial-corrupt-check=false"]).experimental.experimental_initial_corrupt_check,
+            Some(false)
+        );
         let bad = Config::try_parse_from(["raft-node", "--log-level", "verbose"]);
         assert!(bad.is_err());
     }

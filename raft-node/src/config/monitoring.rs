@@ -1,5 +1,5 @@
-//! etcd's "Profiling and Monitoring", the rest of "Logging", "Experimental distributed tracing" and
-//! "v2 Proxy" flags.
+//! etcd's "Profiling and Monitoring", the rest of "Logging", and "v2 Proxy" flags (distributed tracing:
+//! [`super::experimental`] and [`super::renamed`]).
 
 use super::parse_bool;
 
@@ -33,27 +33,6 @@ pub struct MonitoringFlags {
         default_value = r#"{"maxsize": 100, "maxage": 0, "maxbackups": 0, "localtime": false, "compress": false}"#
     )]
     pub log_rotation_config_json: String,
-
-    /// Enable experimental distributed tracing.
-    #[arg(long, env = "ETCD_EXPERIMENTAL_ENABLE_DISTRIBUTED_TRACING", default_value = "false", num_args = 0..=1,
-          default_missing_value = "true", action = clap::ArgAction::Set, value_parser = parse_bool)]
-    pub experimental_enable_distributed_tracing: bool,
-
-    /// Distributed tracing collector address.
-    #[arg(long, env = "ETCD_EXPERIMENTAL_DISTRIBUTED_TRACING_ADDRESS", default_value = "localhost:4317")]
-    pub experimental_distributed_tracing_address: String,
-
-    /// Distributed tracing service name, must be same across all etcd instances.
-    #[arg(long, env = "ETCD_EXPERIMENTAL_DISTRIBUTED_TRACING_SERVICE_NAME", default_value = "etcd")]
-    pub experimental_distributed_tracing_service_name: String,
-
-    /// Distributed tracing instance ID, must be unique per each etcd instance.
-    #[arg(long, env = "ETCD_EXPERIMENTAL_DISTRIBUTED_TRACING_INSTANCE_ID", default_value = "")]
-    pub experimental_distributed_tracing_instance_id: String,
-
-    /// Number of samples to collect per million spans for distributed tracing.
-    #[arg(long, env = "ETCD_EXPERIMENTAL_DISTRIBUTED_TRACING_SAMPLING_RATE", default_value_t = 0)]
-    pub experimental_distributed_tracing_sampling_rate: u32,
 
     /// Proxy mode setting ('off', 'readonly' or 'on').
     #[arg(long, env = "ETCD_PROXY", default_value = "off", value_parser = ["off", "readonly", "on"])]

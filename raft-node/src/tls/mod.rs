@@ -159,10 +159,8 @@ pub struct TlsFlags {
     #[arg(skip)]
     pub peer_trust_any: bool,
 
-    /// Skip verification of SAN field in client certificate for peer connections.
-    #[arg(long = "experimental-peer-skip-client-san-verification",
-          env = "ETCD_EXPERIMENTAL_PEER_SKIP_CLIENT_SAN_VERIFICATION", default_value = "false", num_args = 0..=1,
-          default_missing_value = "true", action = clap::ArgAction::Set, value_parser = crate::config::parse_bool)]
+    /// Set from `--peer-skip-client-san-verification` (3.5: `--experimental-...`) by the settings.
+    #[arg(skip)]
     pub skip_peer_san_check: bool,
 
     /// Maximum TLS version supported. Possible values: TLS1.2, TLS1.3 (empty: the newest).

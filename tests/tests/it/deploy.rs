@@ -32,24 +32,37 @@ async fn http_until(url: &str, path: &str, status: u16, timeout: Duration) -> an
     }
 }
 
-/// kubeadm's stacked-etcd command (`--experimental-*` names of its etcd 3.5 generation), unchanged, with
-/// certificates made as kubeadm makes them: the member starts, the probes kubelet sends to the metrics
-/// URL answer `ok`, and etcdctl with a client certificate writes through the TLS client URL.
+/// kubeadm's stacked-etcd command, unchanged, with certificates made as kubeadm makes them: the member
+/// starts, the probes kubelet sends to the metrics URL answer `ok`, and etcdctl with a client certificate
+/// writes through the TLS client URL. Both generations of the command: the etcd 3.5 one
+/// (`--experimental-*` names) and today's 3.6 one (`--feature-gates`, the new names).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn kubeadms_manifest_starts_a_member_and_its_probes_pass() -> anyhow::Result<()> {
+    let etcd35 = ["--experimental-initial-corrupt-check=true", "--experimental-watch-progress-notify-interval=5s"];
+    let etcd36 = ["--feature-gates=InitialCorruptCheck=true", "--watch-progress-notify-interval=5s"];
+    for generation in [etcd35, etcd36] {
+        let (member, _dir) = kubeadm_member(&generation).await?;
+        let old_names = generation[0].starts_with("--experimental");
+        let deprecated = member.log().contains("--experimental-watch-progress-notify-interval is deprecated in v3.6");
+        assert_eq!(deprecated, old_names, "3.6's deprecation warning for the old names only:\n{}", member.log());
+    }
+    Ok(())
+}
+
+/// A member started with kubeadm's flags (`generation`'s on top of those both generations share), after
+/// the checks every kubeadm member passes; with its data dir.
+async fn kubeadm_member(generation: &[&str]) -> anyhow::Result<(Spawned, tempfile::TempDir)> {
     let certs = Certs::make()?;
     let dir = tempfile::tempdir()?;
     let [client, peer, metrics] = free_ports(3)?[..] else { unreachable!("three ports") };
     let client_url = format!("https://127.0.0.1:{client}");
     let peer_url = format!("https://127.0.0.1:{peer}");
     let metrics_url = format!("http://127.0.0.1:{metrics}");
-    let args: Vec<String> = [
+    let mut args: Vec<String> = [
         format!("--advertise-client-urls={client_url}"),
         format!("--cert-file={}", certs.path("member.crt")),
         "--client-cert-auth=true".into(),
         format!("--data-dir={}", dir.path().join("etcd").display()),
-        "--experimental-initial-corrupt-check=true".into(),
-        "--experimental-watch-progress-notify-interval=5s".into(),
         format!("--initial-advertise-peer-urls={peer_url}"),
         format!("--initial-cluster=m1={peer_url}"),
         format!("--key-file={}", certs.path("member.key")),
@@ -65,6 +78,7 @@ async fn kubeadms_manifest_starts_a_member_and_its_probes_pass() -> anyhow::Resu
         format!("--trusted-ca-file={}", certs.path("ca.crt")),
     ]
     .into();
+    args.extend(generation.iter().map(|a| a.to_string()));
     let mut member = Spawned::start(&ours()?, dir.path(), &args, &[])?;
     member.wait_for_log("ready to serve client requests", START_TIMEOUT).await?;
 
@@ -91,6 +105,9 @@ async fn kubeadms_manifest_starts_a_member_and_its_probes_pass() -> anyhow::Resu
     assert!(scraped.value("etcd_server_healthcheck", &[("type", "readyz"), ("name", "linearizable_read")]) == 1.0);
     let runs = [("type", "readyz"), ("name", "non_learner"), ("status", "success")];
     assert!(scraped.value("etcd_server_healthchecks_total", &runs) >= 2.0, "{runs:?}");
+    let gate = [("name", "InitialCorruptCheck"), ("stage", "ALPHA")];
+    assert_eq!(scraped.value("etcd_server_feature_enabled", &gate), 1.0, "the gate kubeadm turns on");
+    assert!(member.log().contains("initial corruption check passed"), "{}", member.log());
 
     let mut flags = certs.client_flags();
     flags.extend(["put".into(), "kubeadm".into(), "ok".into()]);
@@ -103,7 +120,7 @@ async fn kubeadms_manifest_starts_a_member_and_its_probes_pass() -> anyhow::Resu
         assert!(member.log().contains(line), "log line {line:?} missing:\n{}", member.log());
     }
     assert!(member.log().contains("serving client traffic securely"));
-    Ok(())
+    Ok((member, dir))
 }
 
 /// A member cut off from its quorum (the other two paused) stays live but is no longer ready, and says
@@ -180,13 +197,14 @@ async fn a_config_file_or_etcd_variables_start_a_member() -> anyhow::Result<()> 
 async fn flags_it_cannot_honour_stop_it_with_one_line() -> anyhow::Result<()> {
     let dir = tempfile::tempdir()?;
     std::fs::write(dir.path().join("bad.yaml"), "snapshot-count: [1, [2]]\n")?;
-    let cases: [(&[&str], i32, &str); 6] = [
+    let cases: [(&[&str], i32, &str); 7] = [
         (&["--no-such-flag"], 2, "raft-node: unexpected argument '--no-such-flag' found"),
         (&["--snapshot-count=many"], 2, "raft-node: invalid value 'many' for '--snapshot-count <SNAPSHOT_COUNT>'"),
         (&["--enable-v2=true"], 1, "raft-node: --enable-v2=true is not supported: the v2 API is not served"),
         (&["--discovery-srv=example.com"], 1, "raft-node: --discovery-srv is not supported: DNS discovery"),
         (&["--config-file=bad.yaml"], 2, "raft-node: the config file bad.yaml has a bad value for \"snapshot-count\""),
         (&["--config-file=missing.yaml"], 2, "raft-node: cannot read the config file missing.yaml"),
+        (&["--feature-gates=NoSuchGate=true"], 1, "raft-node: unrecognized feature gate: NoSuchGate"),
     ];
     for (args, code, line) in cases {
         let args: Vec<String> = args.iter().map(|a| a.to_string()).collect();
