@@ -21,6 +21,8 @@ pub enum Command {
     LeaseRevoke(pb::LeaseRevokeRequest),
     /// Raises or disarms an alarm (ACTIVATE or DEACTIVATE; GET is answered without the log).
     Alarm(pb::AlarmRequest),
+    /// `Maintenance.Downgrade` ENABLE or CANCEL.
+    Downgrade(pb::DowngradeRequest),
     /// A change of users, roles or the auth flags, or a login.
     Auth(AuthCommand),
     /// A client's request with the caller it came from, sent while auth is enabled: apply checks the
@@ -39,6 +41,7 @@ pub enum CommandResponse {
     LeaseGrant(pb::LeaseGrantResponse),
     LeaseRevoke(pb::LeaseRevokeResponse),
     Alarm(pb::AlarmResponse),
+    Downgrade(pb::DowngradeResponse),
     Auth(AuthOutcome),
 }
 
@@ -63,6 +66,7 @@ impl Command {
             Command::LeaseGrant(req) => req.encoded_len(),
             Command::LeaseRevoke(req) => req.encoded_len(),
             Command::Alarm(req) => req.encoded_len(),
+            Command::Downgrade(req) => req.encoded_len(),
             Command::Auth(_) => self.tag_and_bytes().1.len(),
             Command::AsUser(_, inner) => inner.encoded_len(),
         }
@@ -88,6 +92,7 @@ impl Command {
             Command::LeaseGrant(req) => (4, req.encode_to_vec()),
             Command::LeaseRevoke(req) => (5, req.encode_to_vec()),
             Command::Alarm(req) => (6, req.encode_to_vec()),
+            Command::Downgrade(req) => (20, req.encode_to_vec()),
             Command::Auth(cmd) => match cmd {
                 AuthCommand::Enable => (7, Vec::new()),
                 AuthCommand::Disable => (8, Vec::new()),
@@ -129,6 +134,7 @@ impl Command {
             4 => pb::LeaseGrantRequest::decode(bytes).map(Command::LeaseGrant),
             5 => pb::LeaseRevokeRequest::decode(bytes).map(Command::LeaseRevoke),
             6 => pb::AlarmRequest::decode(bytes).map(Command::Alarm),
+            20 => pb::DowngradeRequest::decode(bytes).map(Command::Downgrade),
             7 => Ok(Command::Auth(AuthCommand::Enable)),
             8 => Ok(Command::Auth(AuthCommand::Disable)),
             9 => {
@@ -251,6 +257,7 @@ mod tests {
             Command::LeaseGrant(pb::LeaseGrantRequest { ttl: 10, id: 42 }),
             Command::LeaseRevoke(pb::LeaseRevokeRequest { id: 42 }),
             Command::Alarm(pb::AlarmRequest { action: 1, member_id: 7, alarm: 1 }),
+            Command::Downgrade(pb::DowngradeRequest { action: 1, version: "3.5".into() }),
             Command::Auth(AuthCommand::Enable),
             Command::Auth(AuthCommand::Authenticate { name: "ünï".into(), token: "abc.42".into() }),
             Command::Auth(AuthCommand::RoleGrantPermission(pb::AuthRoleGrantPermissionRequest {

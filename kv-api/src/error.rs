@@ -62,6 +62,14 @@ pub enum Error {
     MemberNotLearner,
     #[error("etcdserver: can only promote a learner member which is in sync with leader")]
     LearnerNotReady,
+    #[error("etcdserver: wrong downgrade target version format")]
+    WrongDowngradeVersionFormat,
+    #[error("etcdserver: invalid downgrade target version")]
+    InvalidDowngradeTargetVersion,
+    #[error("etcdserver: cluster has a downgrade job in progress")]
+    DowngradeInProcess,
+    #[error("etcdserver: no inflight downgrade job")]
+    NoInflightDowngrade,
     /// `--strict-reconfig-check`: the change would leave fewer started voters than a quorum.
     #[error("etcdserver: re-configuration failed due to not enough started members")]
     NotEnoughStartedMembers,
@@ -143,7 +151,9 @@ impl Error {
             | Error::RoleEmpty
             | Error::AuthFailed
             | Error::InvalidAuthMgmt
-            | Error::AuthOldRevision => Code::InvalidArgument,
+            | Error::AuthOldRevision
+            | Error::WrongDowngradeVersionFormat
+            | Error::InvalidDowngradeTargetVersion => Code::InvalidArgument,
             Error::Compacted | Error::FutureRevision | Error::LeaseTtlTooLarge => Code::OutOfRange,
             Error::LeaseNotFound | Error::MemberNotFound => Code::NotFound,
             Error::NotLeader
@@ -155,6 +165,8 @@ impl Error {
             | Error::MemberNotLearner
             | Error::LearnerNotReady
             | Error::NotEnoughStartedMembers
+            | Error::DowngradeInProcess
+            | Error::NoInflightDowngrade
             | Error::RootUserNotExist
             | Error::RootRoleNotExist
             | Error::UserExists

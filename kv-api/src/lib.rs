@@ -16,6 +16,7 @@
 //! - [`lease`]: the lease table, the leader's expiry deadlines and the Lease service.
 //! - [`command`]: the commands that travel through the log, and their responses.
 //! - [`consensus`]: the [`Consensus`] seam to Raft.
+//! - [`downgrade`]: etcd 3.6's cluster downgrade: validation, the recorded target, the storage version.
 //! - [`error`]: the one error type and its mapping to gRPC statuses.
 //! - [`service`]: the tonic services (KV, Maintenance, Cluster, Lock, Election; Lock and Election run
 //!   etcd's lock and election recipes through the member's own KV and Lease services).
@@ -27,6 +28,7 @@ pub mod auth;
 pub mod backend;
 pub mod command;
 pub mod consensus;
+pub mod downgrade;
 pub mod error;
 pub mod hash;
 pub mod index;
@@ -47,6 +49,7 @@ pub use consensus::{Consensus, RaftStatus, SharedStore};
 pub use error::{Error, Result};
 pub use store::MvccStore;
 
-/// The etcd version this server emulates, reported by `Maintenance.Status` unless configured otherwise.
-/// kube-apiserver enables watch progress requests only from 3.5.13 on.
-pub const ETCD_VERSION: &str = "3.5.17";
+/// The etcd version this server emulates, reported by `Maintenance.Status` unless configured otherwise:
+/// etcd 3.6, the line Kubernetes 1.34-1.36 deploys (kube-apiserver enables watch progress requests from
+/// 3.5.13 on; kubeadm's external-etcd check wants 3.5.24 or later).
+pub const ETCD_VERSION: &str = "3.6.14";

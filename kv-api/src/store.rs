@@ -26,6 +26,8 @@ use crate::stats;
 use crate::txn;
 
 pub(crate) const META_COMPACT_REV: &[u8] = b"compact_rev";
+/// The enabled downgrade's target version (`3.5.0`), empty when none is.
+pub(crate) const META_DOWNGRADE: &[u8] = b"downgrade";
 const NEVER_COMPACTED: i64 = -1;
 const ENTRY_PUT: u8 = 0;
 const ENTRY_TOMBSTONE: u8 = 1;
@@ -92,6 +94,8 @@ pub struct MvccStore {
     auth: AuthStore,
     /// Keys alive at the current revision (etcd's `keys_total`), kept as writes apply.
     live_keys: i64,
+    /// The downgrade target while one is enabled ([`crate::downgrade`]).
+    downgrade: Option<crate::downgrade::MinorVersion>,
 }
 
 impl std::fmt::Debug for MvccStore {
@@ -115,6 +119,7 @@ impl MvccStore {
             alarms: AlarmTable::default(),
             auth: AuthStore::default(),
             live_keys: 0,
+            downgrade: None,
         };
         store.load()?;
         Ok(store)
@@ -167,7 +172,14 @@ impl MvccStore {
             alarms.activate(member_id, alarm);
             Ok(())
         })?;
+        self.downgrade =
+            self.backend.get(Bucket::Meta, META_DOWNGRADE)?.and_then(|bytes| crate::downgrade::decode(&bytes));
         self.auth.load(&*self.backend)
+    }
+
+    /// The downgrade target while a downgrade is enabled.
+    pub fn downgrade_target(&self) -> Option<crate::downgrade::MinorVersion> {
+        self.downgrade
     }
 
     /// The active alarms.
@@ -264,7 +276,7 @@ impl MvccStore {
     pub fn apply(&mut self, cmd: &Command) -> Result<CommandResponse> {
         // etcd's corrupt applier refuses everything, its capped applier (NOSPACE) what takes space; the
         // alarm requests themselves always pass so that an alarm can be disarmed.
-        if !matches!(cmd.inner(), Command::Alarm(_)) {
+        if !matches!(cmd.inner(), Command::Alarm(_) | Command::Downgrade(_)) {
             if self.alarms.is_active(pb::AlarmType::Corrupt) {
                 return Err(Error::Corrupt);
             }
@@ -280,6 +292,12 @@ impl MvccStore {
             Command::LeaseGrant(req) => self.lease_grant(req).map(CommandResponse::LeaseGrant),
             Command::LeaseRevoke(req) => self.lease_revoke(req).map(CommandResponse::LeaseRevoke),
             Command::Alarm(req) => Ok(CommandResponse::Alarm(self.apply_alarm(req))),
+            Command::Downgrade(req) => {
+                let target = crate::downgrade::apply(self.downgrade, req)?;
+                self.batch.put(Bucket::Meta, META_DOWNGRADE.to_vec(), crate::downgrade::encode(target));
+                self.downgrade = target;
+                Ok(CommandResponse::Downgrade(pb::DowngradeResponse::default()))
+            }
             Command::Auth(req) => self.auth.apply(req, &mut self.batch).map(CommandResponse::Auth),
             Command::AsUser(caller, inner) => {
                 self.check_caller(caller, inner)?;

@@ -140,16 +140,27 @@ impl Endpoints {
         response
     }
 
-    /// The server version, and the cluster version etcd decides (its major and minor, patch 0).
+    /// The server version, the cluster version (its major.minor, or the target of an enabled
+    /// downgrade) and the storage version, as etcd 3.6 answers `/version`.
     fn version_json(&self) -> String {
-        let mut parts = self.version.splitn(3, '.');
-        let cluster = match (parts.next(), parts.next()) {
-            (Some(major), Some(minor)) => format!("{major}.{minor}.0"),
-            _ => "not_decided".to_string(),
-        };
+        use kv_api::downgrade;
+        let cluster = self.cluster_version();
+        let storage = downgrade::version_string(downgrade::STORAGE_VERSION);
         // Written by hand: etcd's field order (serde_json's map would sort the keys).
         let quoted = |s: &str| serde_json::Value::from(s).to_string();
-        format!(r#"{{"etcdserver":{},"etcdcluster":{}}}"#, quoted(&self.version), quoted(&cluster))
+        format!(
+            r#"{{"etcdserver":{},"etcdcluster":{},"storage":{}}}"#,
+            quoted(&self.version),
+            quoted(&cluster),
+            quoted(&storage)
+        )
+    }
+
+    /// etcd's cluster version: the server's major.minor, or the target of an enabled downgrade.
+    fn cluster_version(&self) -> String {
+        use kv_api::downgrade;
+        let target = self.store.read().downgrade_target();
+        downgrade::version_string(target.unwrap_or_else(|| downgrade::minor_of(&self.version)))
     }
 
     async fn metrics(&self) -> String {
@@ -163,6 +174,7 @@ impl Endpoints {
             server_version: self.version.clone(),
             quota_backend_bytes: self.quota_backend_bytes,
             features: self.features.clone(),
+            cluster_version: self.cluster_version(),
             ..MemberView::default()
         };
         // The backend's size and /proc are read from files: not on the runtime.

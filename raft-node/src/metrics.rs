@@ -209,6 +209,8 @@ pub struct MemberView {
     pub current_revision: i64,
     pub compact_revision: i64,
     pub quota_backend_bytes: u64,
+    /// The cluster version (`3.6.0`; a downgrade's target once enabled).
+    pub cluster_version: String,
     /// The feature gates: name, stage, enabled.
     pub features: Vec<(&'static str, &'static str, bool)>,
     pub process: ProcessView,
@@ -390,7 +392,7 @@ pub fn render(view: &MemberView) -> String {
             "etcd_cluster_version",
             "Which version is running. 1 for 'cluster_version' label with current cluster version",
             "cluster_version",
-            major_minor(&view.server_version),
+            major_minor(&view.cluster_version),
         ),
     ];
     for (name, help, label, value) in infos {

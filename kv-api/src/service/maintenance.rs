@@ -10,7 +10,7 @@ use super::{current_header, fill_header, ApiConfig};
 use crate::command::{Command, CommandResponse};
 use crate::consensus::{Consensus, SharedStore};
 use crate::error::{Error, Result};
-use crate::{alarm, hash};
+use crate::{alarm, downgrade, hash};
 
 pub struct MaintenanceService<C> {
     consensus: Arc<C>,
@@ -71,10 +71,6 @@ impl<C: Consensus> MaintenanceService<C> {
     }
 }
 
-fn not_yet(what: &str) -> Status {
-    Status::unimplemented(format!("{what} is not implemented yet"))
-}
-
 #[tonic::async_trait]
 impl<C: Consensus> pb::maintenance_server::Maintenance for MaintenanceService<C> {
     async fn alarm(&self, request: Request<pb::AlarmRequest>) -> Result<Response<pb::AlarmResponse>, Status> {
@@ -97,6 +93,7 @@ impl<C: Consensus> pb::maintenance_server::Maintenance for MaintenanceService<C>
         }
         // As etcd, the active alarms are reported as errors too.
         errors.extend(alarms.iter().map(alarm::describe));
+        let target = self.store.read().downgrade_target();
         Ok(Response::new(pb::StatusResponse {
             header: self.header(),
             version: self.config.version.clone(),
@@ -108,6 +105,12 @@ impl<C: Consensus> pb::maintenance_server::Maintenance for MaintenanceService<C>
             errors,
             db_size_in_use,
             is_learner: raft.is_learner,
+            storage_version: downgrade::version_string(downgrade::STORAGE_VERSION),
+            db_size_quota: self.config.quota_backend_bytes.map_or(0, |quota| quota as i64),
+            downgrade_info: Some(pb::DowngradeInfo {
+                enabled: target.is_some(),
+                target_version: target.map(downgrade::version_string).unwrap_or_default(),
+            }),
         }))
     }
 
@@ -166,10 +169,35 @@ impl<C: Consensus> pb::maintenance_server::Maintenance for MaintenanceService<C>
         Ok(Response::new(pb::MoveLeaderResponse { header: None }))
     }
 
+    /// etcd 3.6's downgrade: VALIDATE and ENABLE check the target against the cluster version (after a
+    /// read barrier, so the recorded downgrade is current); ENABLE and CANCEL go through the log. Each
+    /// answers the cluster version before the change, as etcd (a CANCEL with nothing to cancel succeeds).
     async fn downgrade(
         &self,
-        _request: Request<pb::DowngradeRequest>,
+        request: Request<pb::DowngradeRequest>,
     ) -> Result<Response<pb::DowngradeResponse>, Status> {
-        Err(not_yet("Downgrade"))
+        use pb::downgrade_request::DowngradeAction;
+        self.check_admin(request.metadata()).await?;
+        let req = request.into_inner();
+        self.consensus.read_barrier().await?;
+        let enabled = self.store.read().downgrade_target();
+        // The version the members run decides the allowed target; the cluster version answered is the
+        // enabled downgrade's target once there is one.
+        let running = downgrade::minor_of(&self.config.version);
+        let version = downgrade::version_string(enabled.unwrap_or(running));
+        match req.action() {
+            DowngradeAction::Validate | DowngradeAction::Enable => {
+                let target = downgrade::parse_target(&req.version)?;
+                downgrade::validate(running, target, enabled)?;
+                if req.action() == DowngradeAction::Enable {
+                    self.consensus.propose(Command::Downgrade(req)).await?;
+                }
+            }
+            DowngradeAction::Cancel => match self.consensus.propose(Command::Downgrade(req)).await {
+                Ok(_) | Err(Error::NoInflightDowngrade) => {}
+                Err(err) => return Err(err.into()),
+            },
+        }
+        Ok(Response::new(pb::DowngradeResponse { header: self.header(), version }))
     }
 }

@@ -53,7 +53,14 @@ async fn health_and_version_answer_as_etcd() -> anyhow::Result<()> {
         let answer = http::get(&url, "/version").await?;
         assert_eq!(answer.status, 200);
         assert_eq!(answer.header("content-type"), Some("application/json"));
-        assert_eq!(answer.body, format!(r#"{{"etcdserver":"{version}","etcdcluster":"{major_minor}.0"}}"#));
+        // etcd 3.6 adds the storage version.
+        let want = match member.kind() {
+            tests::ServerKind::Etcd => format!(r#"{{"etcdserver":"{version}","etcdcluster":"{major_minor}.0"}}"#),
+            tests::ServerKind::Ours => {
+                format!(r#"{{"etcdserver":"{version}","etcdcluster":"{major_minor}.0","storage":"{major_minor}.0"}}"#)
+            }
+        };
+        assert_eq!(answer.body, want);
     }
 
     let url = cluster.member(0).client_url();

@@ -110,3 +110,50 @@ async fn periodic_auto_compaction_keeps_the_retention_of_history() -> anyhow::Re
     assert!(client.get("auto", Some(etcd_client::GetOptions::new().with_revision(latest - 1))).await.is_ok());
     Ok(())
 }
+
+/// etcd 3.6's downgrade through the etcd-client crate: validation one minor version down only, enable
+/// recorded on every member (Status.downgradeInfo, the cluster version in `/version`) and kept across a
+/// restart, cancel clearing it; and 3.6's Status fields. Ours only: etcd 3.4.23 has neither.
+#[tokio::test]
+async fn downgrade_validates_enables_and_cancels_on_every_member() -> anyhow::Result<()> {
+    use etcd_client::DowngradeOptions;
+    if ServerKind::from_env() == ServerKind::Etcd {
+        return Ok(());
+    }
+    let mut config = tests::ClusterConfig::new(3);
+    config.extra_args = vec!["--quota-backend-bytes=123456789".into()];
+    let mut cluster = tests::Cluster::start_with(config).await?;
+    cluster.leader().await?;
+    let mut client = cluster.member(0).client().await?;
+    let status = client.status().await?;
+    assert_eq!((status.storage_version(), status.db_size_quota()), ("3.6.0", 123_456_789));
+    assert!(status.downgrade_info().is_some_and(|info| !info.enabled()));
+
+    let validated = client.maintenance_client().downgrade(DowngradeOptions::Validate("3.5".into())).await?;
+    assert_eq!(validated.version(), "3.6.0");
+    let refused = client.maintenance_client().downgrade(DowngradeOptions::Validate("3.4".into())).await;
+    tests::assert_grpc_error(refused, tonic::Code::InvalidArgument, "etcdserver: invalid downgrade target version");
+    let enabled = client.maintenance_client().downgrade(DowngradeOptions::Enable("3.5".into())).await?;
+    assert_eq!(enabled.version(), "3.6.0", "the cluster version before the change, as etcd");
+    let again = client.maintenance_client().downgrade(DowngradeOptions::Enable("3.5".into())).await;
+    tests::assert_grpc_error(
+        again,
+        tonic::Code::FailedPrecondition,
+        "etcdserver: cluster has a downgrade job in progress",
+    );
+
+    cluster.member_mut(2).restart().await?;
+    for member in cluster.members() {
+        let status = member.client().await?.status().await?;
+        let info = status.downgrade_info().map(|info| (info.enabled(), info.target_version().to_string()));
+        assert_eq!(info, Some((true, "3.5.0".to_string())), "{}", member.name());
+        let version = tests::http::get(&member.client_url(), "/version").await?.body;
+        assert!(version.contains(r#""etcdcluster":"3.5.0""#), "{}: {version}", member.name());
+    }
+    client.maintenance_client().downgrade(DowngradeOptions::Cancel).await?;
+    let status = client.status().await?;
+    assert!(status.downgrade_info().is_some_and(|info| !info.enabled()));
+    // A cancel with nothing to cancel succeeds, as in etcd.
+    client.maintenance_client().downgrade(DowngradeOptions::Cancel).await?;
+    Ok(())
+}
