@@ -224,9 +224,10 @@ impl Model {
             Command::LeaseGrant(_)
             | Command::LeaseRevoke(_)
             | Command::Alarm(_)
+            | Command::Downgrade(_)
             | Command::Auth(_)
             | Command::AsUser(..) => {
-                unreachable!("the model generates no lease, alarm or auth commands")
+                unreachable!("the model generates no lease, alarm, downgrade or auth commands")
             }
         }
     }
@@ -625,6 +626,7 @@ fn run(seed: u64) -> Tally {
             | Command::LeaseGrant(_)
             | Command::LeaseRevoke(_)
             | Command::Alarm(_)
+            | Command::Downgrade(_)
             | Command::Auth(_)
             | Command::AsUser(..) => Ok(()),
         };

@@ -184,7 +184,9 @@ impl<C: Consensus> pb::maintenance_server::Maintenance for MaintenanceService<C>
         // The version the members run decides the allowed target; the cluster version answered is the
         // enabled downgrade's target once there is one.
         let running = downgrade::minor_of(&self.config.version);
-        let version = downgrade::version_string(enabled.unwrap_or(running));
+        // etcd answers the cluster version as major.minor (its `version.Cluster`).
+        let (major, minor) = enabled.unwrap_or(running);
+        let version = format!("{major}.{minor}");
         match req.action() {
             DowngradeAction::Validate | DowngradeAction::Enable => {
                 let target = downgrade::parse_target(&req.version)?;

@@ -148,6 +148,7 @@ pub fn header_revision(resp: &CommandResponse) -> i64 {
         CommandResponse::LeaseGrant(r) => r.header,
         CommandResponse::LeaseRevoke(r) => r.header,
         CommandResponse::Alarm(r) => r.header,
+        CommandResponse::Downgrade(r) => r.header,
         CommandResponse::Auth(outcome) => panic!("an auth change has no header: {outcome:?}"),
     };
     header.expect("apply fills the header").revision

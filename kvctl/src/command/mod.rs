@@ -6,6 +6,7 @@ pub mod compaction;
 pub mod completion;
 pub mod defrag;
 pub mod del;
+pub mod downgrade;
 pub mod elect;
 pub mod endpoint;
 /// Running a user's command (`watch -- cmd`, `lock name cmd`).
@@ -70,6 +71,9 @@ pub enum Command {
     Alarm(alarm::AlarmCommand),
     /// Defragments the storage of the etcd members with given endpoints
     Defrag(defrag::DefragCommand),
+    /// Downgrade related commands (etcdctl 3.6)
+    #[command(subcommand)]
+    Downgrade(downgrade::DowngradeCommand),
     /// Manages etcd node snapshots
     #[command(subcommand)]
     Snapshot(snapshot::SnapshotCommand),
@@ -119,6 +123,7 @@ impl Cli {
             Command::MoveLeader(cmd) => cmd.run(global).await,
             Command::Alarm(cmd) => cmd.run(global).await,
             Command::Defrag(cmd) => cmd.run(global).await,
+            Command::Downgrade(cmd) => cmd.run(global).await,
             Command::Snapshot(cmd) => cmd.run(global).await,
             Command::Lock(cmd) => cmd.run(global).await,
             Command::Elect(cmd) => cmd.run(global).await,

@@ -130,11 +130,11 @@ async fn downgrade_validates_enables_and_cancels_on_every_member() -> anyhow::Re
     assert!(status.downgrade_info().is_some_and(|info| !info.enabled()));
 
     let validated = client.maintenance_client().downgrade(DowngradeOptions::Validate("3.5".into())).await?;
-    assert_eq!(validated.version(), "3.6.0");
+    assert_eq!(validated.version(), "3.6", "etcd answers major.minor");
     let refused = client.maintenance_client().downgrade(DowngradeOptions::Validate("3.4".into())).await;
     tests::assert_grpc_error(refused, tonic::Code::InvalidArgument, "etcdserver: invalid downgrade target version");
     let enabled = client.maintenance_client().downgrade(DowngradeOptions::Enable("3.5".into())).await?;
-    assert_eq!(enabled.version(), "3.6.0", "the cluster version before the change, as etcd");
+    assert_eq!(enabled.version(), "3.6", "the cluster version before the change, as etcd");
     let again = client.maintenance_client().downgrade(DowngradeOptions::Enable("3.5".into())).await;
     tests::assert_grpc_error(
         again,
@@ -150,7 +150,29 @@ async fn downgrade_validates_enables_and_cancels_on_every_member() -> anyhow::Re
         let version = tests::http::get(&member.client_url(), "/version").await?.body;
         assert!(version.contains(r#""etcdcluster":"3.5.0""#), "{}: {version}", member.name());
     }
-    client.maintenance_client().downgrade(DowngradeOptions::Cancel).await?;
+    // kvctl speaks etcdctl 3.6 here.
+    let kvctl = |args: &'static [&'static str]| {
+        let endpoint = cluster.member(0).endpoint();
+        async move {
+            let out = tokio::process::Command::new(tests::kvctl::kvctl_bin()?)
+                .arg(format!("--endpoints={endpoint}"))
+                .args(args)
+                .output()
+                .await?;
+            anyhow::Ok((
+                String::from_utf8_lossy(&out.stdout).into_owned(),
+                String::from_utf8_lossy(&out.stderr).into_owned(),
+            ))
+        }
+    };
+    let (out, _) = kvctl(&["downgrade", "validate", "3.5"]).await?;
+    assert_eq!(out, "", "validate while a downgrade is enabled fails");
+    let (out, _) = kvctl(&["downgrade", "cancel"]).await?;
+    assert_eq!(out, "Downgrade cancel success, cluster version 3.5\n");
+    let (out, _) = kvctl(&["downgrade", "validate", "3.5"]).await?;
+    assert_eq!(out, "Downgrade validate success, cluster version 3.6\n");
+    let (_, err) = kvctl(&["downgrade", "validate", "3.4"]).await?;
+    assert!(err.contains("Error: etcdserver: invalid downgrade target version"), "{err}");
     let status = client.status().await?;
     assert!(status.downgrade_info().is_some_and(|info| !info.enabled()));
     // A cancel with nothing to cancel succeeds, as in etcd.
