@@ -337,3 +337,15 @@ async fn gateway_paths_host_whitelist_and_cors_answer_as_etcd() -> anyhow::Resul
     assert_eq!(foreign.header("access-control-allow-origin"), None);
     Ok(())
 }
+
+/// etcd 3.6: a peer URL serves the members only; a client RPC sent there is refused.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_client_rpc_on_a_peer_url_is_refused() -> anyhow::Result<()> {
+    let config = tests::MemberConfig { kind: ServerKind::Ours, ..tests::MemberConfig::default() };
+    let member = tests::Member::start_with(config).await?;
+    member.etcdctl(&["put", "k", "v"]).await?.ok()?;
+    let peer = member.peer_url();
+    let out = tests::etcdctl::run(&peer, &["--command-timeout=3s", "get", "k"], None).await?;
+    assert!(!out.success() && out.stdout.is_empty(), "{out:?}");
+    Ok(())
+}

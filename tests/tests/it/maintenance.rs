@@ -133,8 +133,22 @@ async fn downgrade_validates_enables_and_cancels_on_every_member() -> anyhow::Re
     assert_eq!(validated.version(), "3.6", "etcd answers major.minor");
     let refused = client.maintenance_client().downgrade(DowngradeOptions::Validate("3.4".into())).await;
     tests::assert_grpc_error(refused, tonic::Code::InvalidArgument, "etcdserver: invalid downgrade target version");
-    let enabled = client.maintenance_client().downgrade(DowngradeOptions::Enable("3.5".into())).await?;
-    assert_eq!(enabled.version(), "3.6", "the cluster version before the change, as etcd");
+    // kvctl speaks etcdctl 3.6 here.
+    let endpoint = cluster.member(0).endpoint();
+    let kvctl = |args: &'static [&'static str]| {
+        let endpoint = endpoint.clone();
+        async move {
+            let out = tokio::process::Command::new(tests::kvctl::kvctl_bin()?)
+                .arg(format!("--endpoints={endpoint}"))
+                .args(args)
+                .output()
+                .await?;
+            let text = |bytes: &[u8]| String::from_utf8_lossy(bytes).into_owned();
+            anyhow::Ok((text(&out.stdout), text(&out.stderr)))
+        }
+    };
+    let (out, _) = kvctl(&["downgrade", "enable", "3.5"]).await?;
+    assert_eq!(out, "Downgrade enable success, cluster version 3.6\n", "the cluster version before the change");
     let again = client.maintenance_client().downgrade(DowngradeOptions::Enable("3.5".into())).await;
     tests::assert_grpc_error(
         again,
@@ -143,28 +157,22 @@ async fn downgrade_validates_enables_and_cancels_on_every_member() -> anyhow::Re
     );
 
     cluster.member_mut(2).restart().await?;
+    // Status is answered from each member's own state: a member that just restarted may still be
+    // catching up, so each gets a while to report it.
     for member in cluster.members() {
-        let status = member.client().await?.status().await?;
-        let info = status.downgrade_info().map(|info| (info.enabled(), info.target_version().to_string()));
-        assert_eq!(info, Some((true, "3.5.0".to_string())), "{}", member.name());
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(15);
+        loop {
+            let status = member.client().await?.status().await?;
+            let info = status.downgrade_info().map(|info| (info.enabled(), info.target_version().to_string()));
+            if info == Some((true, "3.5.0".to_string())) {
+                break;
+            }
+            assert!(std::time::Instant::now() < deadline, "{}: {info:?}", member.name());
+            tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+        }
         let version = tests::http::get(&member.client_url(), "/version").await?.body;
         assert!(version.contains(r#""etcdcluster":"3.5.0""#), "{}: {version}", member.name());
     }
-    // kvctl speaks etcdctl 3.6 here.
-    let kvctl = |args: &'static [&'static str]| {
-        let endpoint = cluster.member(0).endpoint();
-        async move {
-            let out = tokio::process::Command::new(tests::kvctl::kvctl_bin()?)
-                .arg(format!("--endpoints={endpoint}"))
-                .args(args)
-                .output()
-                .await?;
-            anyhow::Ok((
-                String::from_utf8_lossy(&out.stdout).into_owned(),
-                String::from_utf8_lossy(&out.stderr).into_owned(),
-            ))
-        }
-    };
     let (out, _) = kvctl(&["downgrade", "validate", "3.5"]).await?;
     assert_eq!(out, "", "validate while a downgrade is enabled fails");
     let (out, _) = kvctl(&["downgrade", "cancel"]).await?;
