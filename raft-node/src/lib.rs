@@ -31,6 +31,8 @@
 //! - [`auto_compaction`]: etcd's periodic and revision auto compaction, on the leader.
 //! - [`lease_expiry`]: the leader's lease expiry loop.
 //! - [`corrupt_check`]: the leader's periodic comparison of every member's `HashKV` (CORRUPT alarm).
+//! - [`date`]: UTC calendar dates and RFC 3339 timestamps.
+//! - [`zap_json`]: JSON log lines as etcd's zap logger writes them.
 //! - [`logging`]: the binaries' tracing subscriber.
 //! - [`server`]: starting a member and serving the etcd gRPC services.
 //! - [`restore`]: a new member's data dir from a snapshot file (`snapshot restore`).
@@ -44,6 +46,7 @@ pub mod config;
 pub mod connectivity;
 pub mod consensus;
 pub mod corrupt_check;
+pub mod date;
 pub mod dial;
 pub mod election;
 pub mod forward;
@@ -67,3 +70,4 @@ pub mod server;
 pub mod storage;
 pub mod tls;
 pub mod typ;
+pub mod zap_json;

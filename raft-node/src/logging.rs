@@ -53,7 +53,7 @@ pub fn init(settings: &LogSettings) -> std::io::Result<()> {
     };
     let builder = tracing_subscriber::fmt().with_env_filter(filter).with_writer(writer);
     if settings.json {
-        builder.json().flatten_event(true).with_current_span(false).init();
+        builder.event_format(crate::zap_json::ZapJson).init();
     } else {
         builder.with_ansi(terminal).init();
     }

@@ -7,7 +7,7 @@
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
-use std::time::{SystemTime, UNIX_EPOCH};
+use std::time::SystemTime;
 
 use anyhow::Context;
 use rustls::client::danger::{HandshakeSignatureValid, ServerCertVerified, ServerCertVerifier};
@@ -27,7 +27,7 @@ pub fn self_signed(dir: &Path, hosts: &[String], validity_years: u32) -> anyhow:
     // etcd's subject: the organization only.
     params.distinguished_name = rcgen::DistinguishedName::new();
     params.distinguished_name.push(rcgen::DnType::OrganizationName, "etcd");
-    let (year, month, day) = civil_date(SystemTime::now());
+    let (year, month, day) = crate::date::civil_date(SystemTime::now());
     params.not_before = rcgen::date_time_ymd(year, month, day);
     params.not_after = rcgen::date_time_ymd(year + validity_years.max(1) as i32, month, day.min(28));
     params.extended_key_usages =
@@ -50,20 +50,6 @@ pub fn hosts(urls: &[String]) -> Vec<String> {
     hosts.sort();
     hosts.dedup();
     hosts
-}
-
-/// Year, month and day (UTC) of a time (Howard Hinnant's `civil_from_days`).
-fn civil_date(time: SystemTime) -> (i32, u8, u8) {
-    let days = time.duration_since(UNIX_EPOCH).map_or(0, |d| d.as_secs() / 86_400) as i64 + 719_468;
-    let era = days.div_euclid(146_097);
-    let day_of_era = days - era * 146_097;
-    let year_of_era = (day_of_era - day_of_era / 1460 + day_of_era / 36_524 - day_of_era / 146_096) / 365;
-    let day_of_year = day_of_era - (365 * year_of_era + year_of_era / 4 - year_of_era / 100);
-    let mp = (5 * day_of_year + 2) / 153;
-    let day = (day_of_year - (153 * mp + 2) / 5 + 1) as u8;
-    let month = if mp < 10 { mp + 3 } else { mp - 9 } as u8;
-    let year = (year_of_era + era * 400 + i64::from(month <= 2)) as i32;
-    (year, month, day)
 }
 
 /// Accepts any server certificate (peers with `--peer-auto-tls`), still checking the handshake's
@@ -111,11 +97,7 @@ mod tests {
     use super::*;
 
     #[test]
-    fn dates_and_hosts() {
-        let day = |secs: u64| civil_date(UNIX_EPOCH + std::time::Duration::from_secs(secs));
-        assert_eq!(day(0), (1970, 1, 1));
-        assert_eq!(day(951_782_400), (2000, 2, 29));
-        assert_eq!(day(1_795_651_200), (2026, 11, 26));
+    fn hosts_of_urls() {
         let urls =
             ["https://127.0.0.1:2379".to_string(), "https://localhost:2379".into(), "https://127.0.0.1:1".into()];
         assert_eq!(hosts(&urls), ["127.0.0.1", "localhost"]);
