@@ -154,6 +154,11 @@ fn no_effect(config: &Config, settings: &Settings) -> Vec<String> {
         "slow requests are not logged yet",
     );
     note(
+        config.monitoring.metrics == "extensive",
+        "--metrics=extensive",
+        "the gRPC handling-time histograms are not exported yet (the started/handled counters are)",
+    );
+    note(
         !config.clustering.pre_vote,
         "--pre-vote=false",
         "every election starts with a pre-vote here, which keeps a member that rejoins from disrupting the leader",
