@@ -17,6 +17,7 @@
 //! - [`election`]: elections on a logical clock with pre-vote, as etcd.
 //! - [`group_commit`]: many clients' writes proposed in one log entry.
 //! - [`leader`]: what only the leader does (writes, read index, membership, leadership transfer).
+//! - [`reconfig`]: etcd's rules for membership changes (`--strict-reconfig-check`, adding unstarted voters).
 //! - [`forward`]: sending those requests to the leader from any member.
 //! - [`read_index`]: read index rounds shared by many linearizable reads.
 //! - [`consensus`]: [`kv_api::Consensus`] on openraft: local on the leader, forwarded elsewhere.
@@ -65,6 +66,7 @@ pub mod network;
 pub mod peer_service;
 pub mod probe;
 pub mod read_index;
+pub mod reconfig;
 pub mod restore;
 pub mod server;
 pub mod storage;

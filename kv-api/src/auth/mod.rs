@@ -9,6 +9,7 @@
 //! - [`perm`]: one user's permissions merged over their roles, and etcd's coverage test.
 //! - [`token`]: simple tokens, member-local and in memory.
 //! - [`jwt`]: JSON Web Tokens, signed with keys and checked by any member.
+//! - `request`: a request's credential and caller, and the admin check, for the services.
 //! - [`service`]: the `etcdserverpb.Auth` tonic service.
 //!
 //! # Where requests are checked
@@ -23,8 +24,11 @@
 
 pub mod jwt;
 pub mod perm;
+mod request;
 pub mod service;
 pub mod token;
+
+pub use request::{as_caller, caller, require_admin, token_of, unmapped_status};
 
 use std::collections::{BTreeMap, HashMap};
 
@@ -34,8 +38,6 @@ use proto::etcdserverpb as pb;
 use serde::{Deserialize, Serialize};
 
 use crate::backend::{Backend, Bucket, WriteBatch};
-use crate::command::Command;
-use crate::consensus::{Consensus, SharedStore};
 use crate::error::{Error, Result};
 use perm::UserPerms;
 use token::TokenTable;
@@ -52,7 +54,7 @@ pub const TOKEN_METADATA_GATEWAY: &str = "authorization";
 pub const CERT_COMMON_NAME_METADATA: &str = "kv-cert-common-name";
 /// How a certificate's Common Name travels as a credential inside this member. A control character, so
 /// no token a client sends (gRPC metadata is printable ASCII) can look like one.
-const CERT_USER_PREFIX: &str = "\u{1}cn:";
+pub(crate) const CERT_USER_PREFIX: &str = "\u{1}cn:";
 
 const KEY_ENABLED: &[u8] = b"enabled";
 const KEY_REVISION: &[u8] = b"revision";
@@ -460,62 +462,6 @@ impl AuthStore {
             .map(|(name, user)| (name.clone(), UserPerms::merge(user.roles.iter().filter_map(|r| roles.get(r)))))
             .collect();
     }
-}
-
-/// The credential a request carries: the `token` metadata, or the gateway's `authorization` header, or,
-/// without either, the Common Name of its verified client certificate (as etcd's `AuthInfoFromTLS`).
-pub fn token_of(metadata: &tonic::metadata::MetadataMap) -> Option<String> {
-    let text = |key: &str| metadata.get(key).and_then(|value| value.to_str().ok()).map(str::to_string);
-    text(TOKEN_METADATA).or_else(|| text(TOKEN_METADATA_GATEWAY)).or_else(|| {
-        text(CERT_COMMON_NAME_METADATA).filter(|cn| !cn.is_empty()).map(|cn| format!("{CERT_USER_PREFIX}{cn}"))
-    })
-}
-
-/// Resolves a request's token to its caller (`None` while auth is disabled). A token this member does not
-/// know gets one read barrier first: a login answered by another member may not be applied here yet
-/// (etcd waits for the index its simple tokens carry).
-pub async fn caller<C: Consensus>(consensus: &C, store: &SharedStore, token: Option<&str>) -> Result<Option<Caller>> {
-    match store.read().auth().resolve(token) {
-        Err(Error::InvalidAuthToken) => {}
-        resolved => return resolved,
-    }
-    consensus.read_barrier().await?;
-    store.read().auth().resolve(token)
-}
-
-/// etcd's admin check for a request: nothing while auth is disabled; otherwise its token's user must hold
-/// the root role (`etcdserver: user name is empty` without a token, `permission denied` without root).
-pub async fn require_admin<C: Consensus>(
-    consensus: &C,
-    store: &SharedStore,
-    metadata: &tonic::metadata::MetadataMap,
-) -> Result<()> {
-    let token = token_of(metadata);
-    match caller(consensus, store, token.as_deref()).await? {
-        Some(caller) => store.read().auth().check_admin(&caller),
-        None => Ok(()),
-    }
-}
-
-/// `cmd` as proposed for `caller`: wrapped while auth is enabled, so that apply checks it.
-pub fn as_caller(caller: Option<Caller>, cmd: Command) -> Command {
-    match caller {
-        Some(caller) => Command::AsUser(caller, Box::new(cmd)),
-        None => cmd,
-    }
-}
-
-/// An auth error as etcd's auth package words it, with code Unknown: what etcd answers where it returns
-/// the package's errors without mapping them (its maintenance service).
-pub fn unmapped_status(err: &Error) -> tonic::Status {
-    let text = match err {
-        Error::UserEmpty => "auth: user name is empty",
-        Error::UserNotFound => "auth: user not found",
-        Error::PermissionDenied => "auth: permission denied",
-        Error::InvalidAuthToken => "auth: invalid auth token",
-        other => return tonic::Status::from(other.clone()),
-    };
-    tonic::Status::unknown(text)
 }
 
 fn record_key(prefix: &[u8], name: &str) -> Vec<u8> {
