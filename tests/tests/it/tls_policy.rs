@@ -144,6 +144,22 @@ async fn a_client_certificates_common_name_is_the_user_without_a_token() -> anyh
     // The member certificate's CN ("member") is no user.
     let unknown = etcdctl(&certs, client, "member", &["get", "cn/a"]).await?;
     assert_eq!(unknown.error_line(), Some("Error: etcdserver: permission denied"), "{unknown:?}");
+    // Through the JSON gateway too (base64 of "cn/a"), with the certificate and no token.
+    let gateway = |body: &'static str, path: &'static str| {
+        let (ca, cert, key) = (certs.path("ca.crt"), certs.path("client.crt"), certs.path("client.key"));
+        async move {
+            let out = tokio::process::Command::new("curl")
+                .args(["-sS", "--max-time", "5", "--cacert", &ca, "--cert", &cert, "--key", &key, "-d", body])
+                .arg(format!("https://127.0.0.1:{client}{path}"))
+                .output()
+                .await?;
+            anyhow::Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+        }
+    };
+    let read = gateway(r#"{"key":"Y24vYQ=="}"#, "/v3/kv/range").await?;
+    assert!(read.contains(r#""value":"MQ==""#), "{read}");
+    let write = gateway(r#"{"key":"Y24vYQ==","value":"Mg=="}"#, "/v3/kv/put").await?;
+    assert!(write.contains("etcdserver: permission denied"), "{write}");
     Ok(())
 }
 
