@@ -147,6 +147,11 @@ async fn downgrade_validates_enables_and_cancels_on_every_member() -> anyhow::Re
             anyhow::Ok((text(&out.stdout), text(&out.stderr)))
         }
     };
+    // The gateway serves Downgrade too, as etcd 3.6's.
+    let url = cluster.member(1).client_url();
+    let body = r#"{"action":"VALIDATE","version":"3.5"}"#;
+    let validated = tests::http::request(&url, "POST", "/v3/maintenance/downgrade", Some(body)).await?;
+    assert!(validated.status == 200 && validated.body.contains(r#""version":"3.6""#), "{validated:?}");
     let (out, _) = kvctl(&["downgrade", "enable", "3.5"]).await?;
     assert_eq!(out, "Downgrade enable success, cluster version 3.6\n", "the cluster version before the change");
     let again = client.maintenance_client().downgrade(DowngradeOptions::Enable("3.5".into())).await;
