@@ -88,7 +88,7 @@ fn committed_only(store: &MvccStore) -> Result<()> {
 }
 
 /// CRC-32C, bit by bit over a 256-entry table (hashing is rare: no need for a faster one).
-struct Crc32c {
+pub(crate) struct Crc32c {
     table: [u32; 256],
     crc: u32,
 }
@@ -109,13 +109,13 @@ impl Default for Crc32c {
 }
 
 impl Crc32c {
-    fn update(&mut self, bytes: &[u8]) {
+    pub(crate) fn update(&mut self, bytes: &[u8]) {
         for &b in bytes {
             self.crc = self.table[((self.crc ^ b as u32) & 0xff) as usize] ^ (self.crc >> 8);
         }
     }
 
-    fn finish(&self) -> u32 {
+    pub(crate) fn finish(&self) -> u32 {
         !self.crc
     }
 }

@@ -20,6 +20,8 @@
 //! - [`error`]: the one error type and its mapping to gRPC statuses.
 //! - [`service`]: the tonic services (KV, Maintenance, Cluster, Lock, Election; Lock and Election run
 //!   etcd's lock and election recipes through the member's own KV and Lease services).
+//! - [`snapshot`]: etcd's snapshot file (a bbolt database in etcd's layout and its digest), written
+//!   from a store and read back into one; `raft-node`, `kvctl` and `kvutl` share it.
 //! - [`stats`]: counts of ranges, puts, deletes and txns, for etcd's metrics.
 //! - [`watch`]: the Watch service and the [`watch::WatchHub`] the apply path feeds.
 
@@ -37,6 +39,7 @@ pub mod lease;
 pub mod range;
 pub mod revision;
 pub mod service;
+pub mod snapshot;
 pub mod stats;
 pub mod store;
 pub mod txn;

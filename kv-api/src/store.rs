@@ -25,7 +25,7 @@ use crate::revision::Revision;
 use crate::stats;
 use crate::txn;
 
-pub(crate) const META_COMPACT_REV: &[u8] = b"compact_rev";
+pub const META_COMPACT_REV: &[u8] = b"compact_rev";
 /// The enabled downgrade's target version (`3.5.0`), empty when none is.
 pub(crate) const META_DOWNGRADE: &[u8] = b"downgrade";
 const NEVER_COMPACTED: i64 = -1;
@@ -39,14 +39,14 @@ impl From<BackendError> for Error {
 }
 
 /// Encodes a revision's entry for the key bucket: a kind byte, then the `KeyValue`.
-fn encode_entry(tombstone: bool, kv: &KeyValue) -> Vec<u8> {
+pub(crate) fn encode_entry(tombstone: bool, kv: &KeyValue) -> Vec<u8> {
     let mut out = Vec::with_capacity(1 + kv.encoded_len());
     out.push(if tombstone { ENTRY_TOMBSTONE } else { ENTRY_PUT });
     kv.encode(&mut out).expect("a Vec grows as needed");
     out
 }
 
-fn decode_entry(bytes: &[u8]) -> Result<(bool, KeyValue)> {
+pub(crate) fn decode_entry(bytes: &[u8]) -> Result<(bool, KeyValue)> {
     let (kind, rest) = bytes.split_first().ok_or_else(|| Error::Internal("empty key bucket entry".into()))?;
     let kv = KeyValue::decode(rest).map_err(|e| Error::Internal(format!("corrupt key bucket entry: {e}")))?;
     Ok((*kind == ENTRY_TOMBSTONE, kv))

@@ -36,7 +36,8 @@
 //! - [`zap_json`]: JSON log lines as etcd's zap logger writes them.
 //! - [`logging`]: the binaries' tracing subscriber.
 //! - [`server`]: starting a member and serving the etcd gRPC services.
-//! - [`restore`]: a new member's data dir from a snapshot file (`snapshot restore`).
+//! - [`restore`]: a new member's data dir from a snapshot file (`kvutl snapshot restore`).
+//! - [`offline`]: `kvutl defrag` and `kvutl hashkv` on a stopped member's data dir.
 
 pub mod authority;
 pub mod auto_compaction;
@@ -63,6 +64,7 @@ pub mod logging;
 pub mod member_id;
 pub mod metrics;
 pub mod network;
+pub mod offline;
 pub mod peer_service;
 pub mod probe;
 pub mod read_index;

@@ -1,13 +1,15 @@
-//! `snapshot restore`: a data dir for one member of a new cluster, holding a snapshot file's store.
+//! `snapshot restore`: a data dir for one member of a new cluster, holding a snapshot file's store
+//! (etcd's `snapshot.db`, saved from etcd 3.4, 3.5 or 3.6 or from us: see [`kv_api::snapshot`]).
 //!
-//! As etcdctl's restore, it takes the new cluster's bootstrap flags (`--name`, `--initial-cluster`,
+//! As etcdutl's restore, it takes the new cluster's bootstrap flags (`--name`, `--initial-cluster`,
 //! `--initial-cluster-token`, `--initial-advertise-peer-urls`) and writes what the member finds at its
 //! first start:
 //!
 //! - `member/identity.json`: the member and cluster ids a new cluster's member computes from those
 //!   flags (see [`crate::bootstrap`]), so the restored cluster is a new cluster with new ids;
-//! - `member/db`: the sled database holding the snapshot's records (every revision kept, the
-//!   compacted revision, the leases) and Raft's bookkeeping for the new cluster: the store reflects
+//! - `member/db`: the sled database holding the snapshot's store (every revision kept, the compacted
+//!   revision, leases, alarms, users, roles and the auth flag; the file's members are dropped, as
+//!   etcd's restore drops them) and Raft's bookkeeping for the new cluster: the store reflects
 //!   the log up to the very first log id of a new cluster (term 0, index 0, the id openraft gives
 //!   the first membership when it initializes one), with the membership of `--initial-cluster`. The
 //!   log itself is empty.
@@ -25,14 +27,14 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use clap::Parser;
-use kv_api::{Backend, MvccStore, WriteBatch};
+use kv_api::snapshot::{self, Contents, FileError};
+use kv_api::{Backend, Command, MvccStore, WriteBatch};
 use openraft::{CommittedLeaderId, Membership};
 
 use crate::bootstrap::initial_members;
 use crate::config::{Config, ConfigError};
 use crate::identity::Identity;
 use crate::member_id::{cluster_id, member_id};
-use crate::storage::snapshot_file::{self, FileError, Summary};
 use crate::storage::state_machine::bookkeeping;
 use crate::storage::{open_db, SledBackend};
 use crate::typ::{LogId, MemberNode, NodeId, StoredMembership};
@@ -54,6 +56,9 @@ pub struct RestoreConfig {
     pub initial_advertise_peer_urls: Vec<String>,
     /// Restore even if the file's digest is missing or wrong.
     pub skip_hash_check: bool,
+    /// Raise the revision by this much and mark it compacted (etcd's `--bump-revision` with
+    /// `--mark-compacted`), so that watchers of the old cluster see "compacted" and start over.
+    pub bump_revision: u64,
 }
 
 /// What a restore wrote.
@@ -61,7 +66,10 @@ pub struct RestoreConfig {
 pub struct Restored {
     pub data_dir: PathBuf,
     pub identity: Identity,
-    pub summary: Summary,
+    pub contents: Contents,
+    /// The restored store's revision and compacted revision.
+    pub revision: i64,
+    pub compacted: i64,
 }
 
 /// Why a restore failed, with etcd's texts where it has one.
@@ -71,7 +79,7 @@ pub enum RestoreError {
     Config(#[from] ConfigError),
     #[error("{0}")]
     Flags(String),
-    #[error("data-dir {0:?} exists")]
+    #[error("data-dir {0:?} not empty or could not be read")]
     DataDirExists(String),
     #[error(transparent)]
     File(#[from] FileError),
@@ -91,25 +99,36 @@ pub fn restore(config: &RestoreConfig) -> Result<Restored, RestoreError> {
         cluster_id: cluster_id(members.keys().copied()),
     };
     let data_dir = member.data_dir();
-    if data_dir.exists() {
+    // As etcd: an existing empty dir will do (a mounted volume), anything in it will not.
+    let existing = data_dir.exists();
+    if existing && std::fs::read_dir(&data_dir).map_or(true, |mut entries| entries.next().is_some()) {
         return Err(RestoreError::DataDirExists(data_dir.display().to_string()));
     }
     // The whole file is checked before anything is written.
     let check_digest = !config.skip_hash_check;
-    let summary = snapshot_file::read(&config.snapshot, check_digest, &mut |_, _, _| Ok(()))?;
+    let contents = snapshot::read(&config.snapshot, check_digest, &mut |_, _, _| Ok(()))?;
     let member_dir = data_dir.join("member");
     let written = std::fs::create_dir_all(&member_dir)
         .map_err(|source| FileError::Io { op: "mkdir", path: member_dir.display().to_string(), source }.into())
-        .and_then(|()| write_member(&member_dir, config, &summary, members))
-        .and_then(|()| {
-            identity.save(&member_dir).map_err(|e| RestoreError::Storage(format!("saving the member's identity: {e}")))
+        .and_then(|()| write_member(&member_dir, config, &contents, members))
+        .and_then(|revisions| {
+            identity
+                .save(&member_dir)
+                .map_err(|e| RestoreError::Storage(format!("saving the member's identity: {e}")))
+                .map(|()| revisions)
         });
-    if let Err(err) = written {
-        // Nothing to add if the removal fails too: the first error says what went wrong.
-        let _ = std::fs::remove_dir_all(&data_dir);
-        return Err(err);
+    match written {
+        Ok((revision, compacted)) => Ok(Restored { data_dir, identity, contents, revision, compacted }),
+        Err(err) => {
+            // Nothing to add if the removal fails too: the first error says what went wrong.
+            if existing {
+                let _ = std::fs::remove_dir_all(&member_dir);
+            } else {
+                let _ = std::fs::remove_dir_all(&data_dir);
+            }
+            Err(err)
+        }
     }
-    Ok(Restored { data_dir, identity, summary })
 }
 
 /// The member's flags, parsed as `raft-node` parses them, so the same checks and ids apply.
@@ -131,13 +150,15 @@ fn restored_log_id() -> LogId {
     LogId::new(CommittedLeaderId::new(0, 0), 0)
 }
 
-/// Fills `member_dir/db` with the snapshot's records and the new cluster's bookkeeping.
+/// Fills `member_dir/db` with the snapshot's records and the new cluster's bookkeeping, finishes the
+/// compaction the file scheduled (or the one `--bump-revision` marks). Returns the store's revision and
+/// compacted revision.
 fn write_member(
     member_dir: &Path,
     config: &RestoreConfig,
-    summary: &Summary,
+    contents: &Contents,
     members: BTreeMap<NodeId, MemberNode>,
-) -> Result<(), RestoreError> {
+) -> Result<(i64, i64), RestoreError> {
     let storage = |what: &str, e: &dyn std::fmt::Display| RestoreError::Storage(format!("{what}: {e}"));
     let db = open_db(&member_dir.join("db")).map_err(|e| storage("creating the database", &e))?;
     let backend = Arc::new(
@@ -145,7 +166,7 @@ fn write_member(
             .map_err(|e| storage("creating the database", &e))?,
     );
     let (mut batch, mut batch_bytes) = (WriteBatch::default(), 0);
-    snapshot_file::read(&config.snapshot, !config.skip_hash_check, &mut |bucket, key, value| {
+    snapshot::read(&config.snapshot, !config.skip_hash_check, &mut |bucket, key, value| {
         batch.put(bucket, key, value);
         batch_bytes += key.len() + value.len();
         if batch.ops.len() >= BATCH_RECORDS || batch_bytes >= BATCH_BYTES {
@@ -161,17 +182,40 @@ fn write_member(
         batch.put(bucket, key, value);
     }
     backend.write(batch).map_err(|e| storage("writing the database", &e))?;
+
     // Loading the store decodes every revision and lease: the restored member will start.
-    let store = MvccStore::open(backend.clone()).map_err(|_| FileError::Invalid("undecodable records".into()))?;
+    let undecodable = |e: kv_api::Error| FileError::Layout(snapshot::LayoutError(format!("undecodable records: {e}")));
+    let mut store = MvccStore::open(backend.clone()).map_err(undecodable)?;
+    let current = contents.current_revision();
+    // etcd finishes a scheduled compaction at start; a bump compacts everything below the new revision.
+    let compact_to = if config.bump_revision > 0 { current } else { contents.scheduled_compact };
+    if compact_to > store.compacted_revision() && compact_to <= store.current_revision() {
+        let req = proto::etcdserverpb::CompactionRequest { revision: compact_to, ..Default::default() };
+        store.apply(&Command::Compact(req)).map_err(|e| storage("compacting", &e))?;
+        store.commit().map_err(|e| storage("compacting", &e))?;
+    }
+    let mut want = (current, contents.finished_compact.max(contents.scheduled_compact));
+    if config.bump_revision > 0 {
+        let bumped = i64::try_from(config.bump_revision)
+            .ok()
+            .and_then(|bump| current.checked_add(bump))
+            .ok_or_else(|| RestoreError::Flags(format!("--bump-revision {} is too large", config.bump_revision)))?;
+        store.stage_meta(kv_api::store::META_COMPACT_REV, bumped.to_be_bytes().to_vec());
+        store.commit().map_err(|e| storage("bumping the revision", &e))?;
+        want = (bumped, bumped);
+    }
+    let store = MvccStore::open(backend.clone()).map_err(undecodable)?;
     let loaded = (store.current_revision(), store.compacted_revision());
-    if loaded != (summary.header.revision, summary.header.compact_revision) {
-        return Err(
-            FileError::Invalid(format!("the records hold revisions {loaded:?}, not {:?}", summary.header)).into()
-        );
+    if loaded != want {
+        return Err(FileError::Layout(snapshot::LayoutError(format!(
+            "the records hold revision {} (compacted {}), the file says {} (compacted {})",
+            loaded.0, loaded.1, want.0, want.1
+        )))
+        .into());
     }
     backend.sync().map_err(|e| storage("flushing the database", &e))?;
     db.flush().map_err(|e| storage("flushing the database", &e))?;
-    Ok(())
+    Ok(loaded)
 }
 
 #[cfg(test)]
@@ -222,6 +266,7 @@ mod tests {
             initial_cluster_token: "new-token".into(),
             initial_advertise_peer_urls: vec!["http://127.0.0.1:2".into()],
             skip_hash_check: false,
+            bump_revision: 0,
         }
     }
 
@@ -245,7 +290,7 @@ mod tests {
         let (n1, n2) = (member_id(&peer(1), "new-token"), member_id(&peer(2), "new-token"));
         assert_eq!(restored.identity, Identity { member_id: n2, cluster_id: cluster_id([n1, n2]) });
         assert_eq!(Identity::load(&data_dir.join("member")).expect("identity"), Some(restored.identity));
-        assert_eq!(restored.summary.header.revision, 6);
+        assert_eq!((restored.contents.revision, restored.revision, restored.compacted), (6, 6, 3));
 
         let (_log, mut sm, store) = open(&data_dir.join("member/db")).expect("open");
         assert_eq!(
@@ -270,7 +315,14 @@ mod tests {
         let dir = tempfile::tempdir().expect("tempdir");
         let path = snapshot(dir.path());
         let err = restore(&config(path.clone(), Some(dir.path().to_path_buf()))).expect_err("exists");
-        assert_eq!(err.to_string(), format!("data-dir {:?} exists", dir.path().display().to_string()));
+        assert_eq!(
+            err.to_string(),
+            format!("data-dir {:?} not empty or could not be read", dir.path().display().to_string())
+        );
+        // An empty one (a mounted volume) will do, and stays when the restore fails.
+        let empty = dir.path().join("empty");
+        std::fs::create_dir(&empty).expect("mkdir");
+        restore(&config(path.clone(), Some(empty.clone()))).expect("restores into an empty dir");
 
         let mut wrong_name = config(path.clone(), Some(dir.path().join("x")));
         wrong_name.name = "n3".into();
@@ -278,7 +330,7 @@ mod tests {
         assert_eq!(err.to_string(), "couldn't find local name \"n3\" in the initial cluster configuration");
 
         let mut bytes = std::fs::read(&path).expect("read");
-        bytes[100] ^= 1;
+        bytes[5000] ^= 1;
         let damaged = dir.path().join("damaged.db");
         std::fs::write(&damaged, &bytes).expect("write");
         let target = dir.path().join("from-damaged");
@@ -291,6 +343,21 @@ mod tests {
             err.to_string(),
             format!("open {}: no such file or directory", dir.path().join("absent.db").display())
         );
+    }
+
+    #[tokio::test]
+    async fn a_bumped_revision_is_marked_compacted() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let path = snapshot(dir.path());
+        let data_dir = dir.path().join("bumped");
+        let mut bumped = config(path, Some(data_dir.clone()));
+        bumped.bump_revision = 1000;
+        let restored = restore(&bumped).expect("restores");
+        assert_eq!((restored.revision, restored.compacted), (1006, 1006));
+        let (_log, _sm, store) = open(&data_dir.join("member/db")).expect("open");
+        assert_eq!(kvs(&store).len(), 2, "the keys stay");
+        let old = pb::RangeRequest { key: b"a".to_vec(), revision: 5, ..Default::default() };
+        assert!(matches!(store.read().range(&old), Err(kv_api::Error::Compacted)));
     }
 
     #[test]

@@ -56,10 +56,10 @@ pub const CERT_COMMON_NAME_METADATA: &str = "kv-cert-common-name";
 /// no token a client sends (gRPC metadata is printable ASCII) can look like one.
 pub(crate) const CERT_USER_PREFIX: &str = "\u{1}cn:";
 
-const KEY_ENABLED: &[u8] = b"enabled";
-const KEY_REVISION: &[u8] = b"revision";
-const USER_PREFIX: &[u8] = b"user/";
-const ROLE_PREFIX: &[u8] = b"role/";
+pub(crate) const KEY_ENABLED: &[u8] = b"enabled";
+pub(crate) const KEY_REVISION: &[u8] = b"revision";
+pub(crate) const USER_PREFIX: &[u8] = b"user/";
+pub(crate) const ROLE_PREFIX: &[u8] = b"role/";
 
 /// Who sent a request: the user its token names and the auth revision it was resolved at (etcd's
 /// request header fields `username` and `auth_revision`). The empty caller has no token.

@@ -3,7 +3,8 @@
 //! clientv3's snapshot manager does. Any failure removes the partial file and exits with
 //! etcdctl's "interrupted" code.
 //!
-//! `snapshot status` and `snapshot restore` read the file offline: see [`status`] and [`restore`].
+//! `snapshot status` reads the file offline ([`status`]); `snapshot restore` hands the file to `kvutl`,
+//! the offline tool ([`restore`]).
 
 mod restore;
 mod status;
@@ -12,8 +13,8 @@ use std::io;
 use std::path::Path;
 
 use clap::Subcommand;
+use kv_api::snapshot::go_io_text as go_io_error;
 use proto::etcdserverpb as pb;
-use raft_node::storage::snapshot_file::go_io_text as go_io_error;
 use tokio::fs::{self, File, OpenOptions};
 use tokio::io::AsyncWriteExt;
 

@@ -95,13 +95,27 @@ impl SledBackend {
         if legacy.tree_names().iter().any(|name| name == TREE.as_bytes()) {
             legacy.drop_tree(TREE)?;
         }
+        Ok(Self::with(dir, current))
+    }
+
+    /// Opens the store a member left at `dir`, without the member's Raft log (the offline tools); fails
+    /// when there is none.
+    pub fn open_existing(dir: &Path) -> Result<Self, sled::Error> {
+        let number = read_current(dir)?.ok_or_else(|| {
+            let what = format!("stat {}: no such file or directory", dir.join(CURRENT).display());
+            sled::Error::Io(std::io::Error::new(std::io::ErrorKind::NotFound, what))
+        })?;
+        Ok(Self::with(dir, Generation::open(dir, number)?))
+    }
+
+    fn with(dir: &Path, current: Generation) -> Self {
         remove_other_generations(dir, current.number);
-        Ok(Self {
+        Self {
             dir: dir.to_path_buf(),
             current: RwLock::new(current),
             size: AtomicU64::new(0),
             measured_at: Mutex::new(None),
-        })
+        }
     }
 
     fn add(batch: &mut sled::Batch, ops: WriteBatch) {

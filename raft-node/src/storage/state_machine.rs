@@ -16,7 +16,6 @@ use openraft::storage::RaftStateMachine;
 use openraft::{EntryPayload, RaftSnapshotBuilder, StorageIOError};
 
 use crate::storage::snapshot::{CurrentSnapshot, SnapshotContent};
-use crate::storage::snapshot_file::Record;
 use crate::storage::{decode, encode};
 use crate::typ::{Applied, Entry, LogId, Snapshot, SnapshotMeta, StorageError, StoredMembership, TypeConfig};
 
@@ -201,6 +200,9 @@ pub(crate) fn read_committed<T>(
 pub(crate) fn is_bookkeeping(bucket: Bucket, key: &[u8]) -> bool {
     bucket == Bucket::Meta && (key == META_APPLIED || key == META_MEMBERSHIP)
 }
+
+/// One entry of a bucket of the store.
+pub(crate) type Record = (Bucket, Vec<u8>, Vec<u8>);
 
 /// Raft's bookkeeping entries for the meta bucket, saying that the store reflects the log up to `applied`
 /// with `membership`.
