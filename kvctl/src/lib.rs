@@ -31,3 +31,23 @@ pub mod transport;
 
 pub use command::Cli;
 pub use error::CliError;
+
+#[cfg(test)]
+mod tests {
+    /// The CLI sits beside the member, not on top of it: `snapshot restore` runs `kvutl` instead of
+    /// linking the member's storage.
+    #[test]
+    fn kvctl_links_neither_the_member_nor_raft_nor_sled() {
+        let out = std::process::Command::new(env!("CARGO"))
+            .args(["tree", "--offline", "--package", "kvctl", "--edges", "normal", "--prefix", "none"])
+            .current_dir(env!("CARGO_MANIFEST_DIR"))
+            .output()
+            .expect("run cargo tree");
+        assert!(out.status.success(), "cargo tree: {}", String::from_utf8_lossy(&out.stderr));
+        let tree = String::from_utf8_lossy(&out.stdout);
+        assert!(tree.lines().any(|line| line.starts_with("kv-api ")), "the tree lists kvctl's dependencies:\n{tree}");
+        for crate_name in ["raft-node ", "openraft ", "sled "] {
+            assert!(!tree.lines().any(|line| line.starts_with(crate_name)), "kvctl links {crate_name}");
+        }
+    }
+}

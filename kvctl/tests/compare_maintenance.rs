@@ -9,8 +9,8 @@
 //!
 //! Our server answers Defragment and HashKV with Unimplemented and cannot raise an alarm yet; on it
 //! the scripts check that kvctl reports that answer exactly as etcdctl does. `snapshot status` and
-//! `snapshot restore` are compared on their argument and file errors only: a saved file is a bbolt
-//! database for etcdctl and our own format for kvctl.
+//! `snapshot restore` are compared here on their argument and file errors; what they make of a saved
+//! file (etcd's format from both servers) is compared in the `tests` crate (`snapshot_etcd`).
 
 mod common;
 

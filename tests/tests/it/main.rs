@@ -30,6 +30,7 @@ mod maintenance;
 mod maintenance_quota;
 mod membership_rules;
 mod snapshot;
+mod snapshot_etcd;
 mod tls;
 mod tls_policy;
 mod util;

@@ -2,8 +2,9 @@
 //! file into a new three-member cluster.
 //!
 //! Against real etcd (`KV_TEST_SERVER=etcd`) the restore and status run through etcdctl, against ours
-//! through kvctl (etcd's files are bbolt databases, ours our own format): the cluster built from the
-//! file must serve the same keys at the same revision either way.
+//! through kvctl (whose restore runs kvutl): the cluster built from the file must serve the same keys at
+//! the same revision either way. (The file is etcd's format from both servers; `snapshot_etcd` moves
+//! files between real etcd and ours.)
 
 use std::path::Path;
 use std::process::Command;
@@ -110,7 +111,7 @@ async fn everything(member: &tests::ClusterMember) -> anyhow::Result<(Vec<Kv>, i
     Ok((kvs, header(resp.header()).revision()))
 }
 
-/// Runs the restore tool of `kind` (etcdctl for etcd's files, kvctl for ours) for one new member.
+/// Runs the restore tool of `kind` (etcdctl for etcd's members, kvctl for ours) for one new member.
 fn restore(kind: ServerKind, file: &Path, member: &Bootstrap) -> anyhow::Result<()> {
     let tool = match kind {
         ServerKind::Etcd => etcdctl_bin(),
