@@ -22,6 +22,9 @@ pub enum Error {
     DuplicateKey,
     #[error("etcdserver: request is too large")]
     RequestTooLarge,
+    /// A Range's `sort_order` or `sort_target` outside its enum (etcd 3.6 checks it first; 3.5 panics).
+    #[error("etcdserver: invalid sort option")]
+    InvalidSortOption,
     #[error("etcdserver: mvcc: required revision has been compacted")]
     Compacted,
     #[error("etcdserver: mvcc: required revision is a future revision")]
@@ -109,6 +112,9 @@ pub enum Error {
     RoleNotGranted,
     #[error("etcdserver: permission is not granted to the role")]
     PermissionNotGranted,
+    /// RoleGrantPermission without its `perm`.
+    #[error("etcdserver: permission not given")]
+    PermissionNotGiven,
     #[error("etcdserver: authentication is not enabled")]
     AuthNotEnabled,
     #[error("etcdserver: invalid auth token")]
@@ -146,6 +152,8 @@ impl Error {
             | Error::TooManyOps
             | Error::DuplicateKey
             | Error::RequestTooLarge
+            | Error::InvalidSortOption
+            | Error::PermissionNotGiven
             | Error::MemberBadUrls
             | Error::UserEmpty
             | Error::RoleEmpty
@@ -218,6 +226,8 @@ mod tests {
             (Error::TooManyOps, Code::InvalidArgument, "etcdserver: too many operations in txn request"),
             (Error::DuplicateKey, Code::InvalidArgument, "etcdserver: duplicate key given in txn request"),
             (Error::RequestTooLarge, Code::InvalidArgument, "etcdserver: request is too large"),
+            (Error::InvalidSortOption, Code::InvalidArgument, "etcdserver: invalid sort option"),
+            (Error::PermissionNotGiven, Code::InvalidArgument, "etcdserver: permission not given"),
             (Error::LeaseNotFound, Code::NotFound, "etcdserver: requested lease not found"),
             (Error::NoLeader, Code::Unavailable, "etcdserver: no leader"),
             (Error::MemberNotFound, Code::NotFound, "etcdserver: member not found"),

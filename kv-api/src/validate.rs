@@ -21,9 +21,15 @@ impl Default for Limits {
     }
 }
 
+/// An empty key, then the sort options (etcd 3.6's order; 3.5 panics on an unknown sort option).
 pub fn check_range(req: &pb::RangeRequest) -> Result<()> {
     if req.key.is_empty() {
         return Err(Error::EmptyKey);
+    }
+    if pb::range_request::SortOrder::try_from(req.sort_order).is_err()
+        || pb::range_request::SortTarget::try_from(req.sort_target).is_err()
+    {
+        return Err(Error::InvalidSortOption);
     }
     Ok(())
 }
@@ -207,6 +213,24 @@ mod tests {
         // A nested txn only gets what its parent left.
         let inner = nested(vec![put("x"), put("y")], vec![]);
         assert_eq!(check_txn(&txn(vec![inner]), &limits), Err(Error::TooManyOps));
+    }
+
+    #[test]
+    fn unknown_sort_options_are_refused_after_the_empty_key_and_inside_nested_txns() {
+        let range = |key: &str, order: i32, target: i32| pb::RangeRequest {
+            key: key.into(),
+            sort_order: order,
+            sort_target: target,
+            ..Default::default()
+        };
+        assert_eq!(check_range(&range("k", 2, 4)), Ok(()));
+        for (order, target) in [(3, 0), (-1, 0), (0, 5), (0, -1), (1000, 1000)] {
+            assert_eq!(check_range(&range("k", order, target)), Err(Error::InvalidSortOption), "{order} {target}");
+        }
+        assert_eq!(check_range(&range("", 9, 9)), Err(Error::EmptyKey));
+        let op = pb::RequestOp { request: Some(Request::RequestRange(range("k", 0, 7))) };
+        let limits = Limits::default();
+        assert_eq!(check_txn(&txn(vec![nested(vec![], vec![op])]), &limits), Err(Error::InvalidSortOption));
     }
 
     #[test]

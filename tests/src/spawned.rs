@@ -86,6 +86,33 @@ impl Spawned {
     }
 }
 
+/// How long a member started by [`single_member`] may take to serve.
+const START_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// Starts `binary` (real etcd, or ours: they take the same flags) as member `e1` of a one-member cluster
+/// on loopback `ports` (client, peer) with `data_dir` (new, or restored), its log in `dir`; returns once
+/// it serves, with its client endpoint (`127.0.0.1:port`).
+pub async fn single_member(
+    binary: &Path,
+    dir: &Path,
+    data_dir: &Path,
+    ports: [u16; 2],
+) -> anyhow::Result<(Spawned, String)> {
+    let [client, peer] = ports.map(process::url);
+    let args = [
+        "--name=e1".to_string(),
+        format!("--data-dir={}", data_dir.display()),
+        format!("--listen-client-urls={client}"),
+        format!("--advertise-client-urls={client}"),
+        format!("--listen-peer-urls={peer}"),
+        format!("--initial-advertise-peer-urls={peer}"),
+        format!("--initial-cluster=e1={peer}"),
+    ];
+    let mut member = Spawned::start(binary, dir, &args, &[])?;
+    member.wait_for_log("ready to serve client requests", START_TIMEOUT).await?;
+    Ok((member, format!("127.0.0.1:{}", ports[0])))
+}
+
 /// `count` distinct loopback ports that were free a moment ago.
 pub fn free_ports(count: usize) -> anyhow::Result<Vec<u16>> {
     process::free_ports(count)

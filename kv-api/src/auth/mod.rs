@@ -32,6 +32,7 @@ pub use request::{as_caller, caller, require_admin, token_of, unmapped_status};
 
 use std::collections::{BTreeMap, HashMap};
 
+use base64::Engine;
 use prost::Message;
 use proto::authpb;
 use proto::etcdserverpb as pb;
@@ -340,7 +341,7 @@ impl AuthStore {
                     return Err(Error::UserExists);
                 }
                 let options = req.options.unwrap_or_default();
-                let password = if options.no_password { Vec::new() } else { req.hashed_password.clone().into_bytes() };
+                let password = if options.no_password { Vec::new() } else { stored_password(&req.hashed_password)? };
                 let user = authpb::User {
                     name: req.name.clone().into_bytes(),
                     password,
@@ -361,7 +362,8 @@ impl AuthStore {
             }
             AuthCommand::UserChangePassword(req) => {
                 let mut user = self.users.get(&req.name).cloned().ok_or(Error::UserNotFound)?;
-                user.password = req.hashed_password.clone().into_bytes();
+                // As etcd: a user without a password keeps none, whatever the request says.
+                user.password = if no_password(&user) { Vec::new() } else { stored_password(&req.hashed_password)? };
                 self.put_user(user, batch);
                 self.tokens.forget_user(&req.name);
             }
@@ -414,8 +416,12 @@ impl AuthStore {
                 }
             }
             AuthCommand::RoleGrantPermission(req) => {
+                // etcd 3.6's order: the permission, its range, then the role.
+                let perm = req.perm.clone().ok_or(Error::PermissionNotGiven)?;
+                if !is_valid_permission_range(&perm.key, &perm.range_end) {
+                    return Err(Error::InvalidAuthMgmt);
+                }
                 let mut role = self.roles.get(&req.name).cloned().ok_or(Error::RoleNotFound)?;
-                let perm = req.perm.clone().unwrap_or_default();
                 let same = |p: &authpb::Permission| p.key == perm.key && p.range_end == perm.range_end;
                 match role.key_permission.iter_mut().find(|p| same(p)) {
                     Some(existing) => existing.perm_type = perm.perm_type,
@@ -464,6 +470,22 @@ impl AuthStore {
     }
 }
 
+/// The password hash a user record keeps, from a proposal's `hashed_password`: base64 of the bcrypt hash
+/// (what the proposer sends, as etcd's, and what a client may send itself with an empty `password`), or
+/// the bcrypt hash itself (`$2...`, never base64: how entries written before carried it). Text that is
+/// neither is refused with etcd's (odd) text for it.
+fn stored_password(hashed: &str) -> Result<Vec<u8>> {
+    if hashed.starts_with("$2") {
+        return Ok(hashed.as_bytes().to_vec());
+    }
+    base64::engine::general_purpose::STANDARD.decode(hashed).map_err(|_| Error::NoPasswordUser)
+}
+
+/// etcd 3.6's rule for a granted range: a key, and an end past it (or none, or `\0` for "from the key").
+fn is_valid_permission_range(key: &[u8], range_end: &[u8]) -> bool {
+    !key.is_empty() && (range_end.is_empty() || key < range_end || range_end == [0])
+}
+
 fn record_key(prefix: &[u8], name: &str) -> Vec<u8> {
     [prefix, name.as_bytes()].concat()
 }
@@ -500,6 +522,74 @@ mod tests {
 
     fn grant(user: &str, role: &str) -> AuthCommand {
         AuthCommand::UserGrantRole(pb::AuthUserGrantRoleRequest { user: user.into(), role: role.into() })
+    }
+
+    #[test]
+    fn role_grant_permission_checks_the_permission_before_the_role_as_etcd_36() {
+        let backend = Arc::new(MemBackend::default());
+        let mut store = AuthStore::default();
+        let grant_perm = |role: &str, perm: Option<(&[u8], &[u8])>| -> AuthCommand {
+            AuthCommand::RoleGrantPermission(pb::AuthRoleGrantPermissionRequest {
+                name: role.into(),
+                perm: perm.map(|(key, range_end)| authpb::Permission {
+                    perm_type: 0,
+                    key: key.to_vec(),
+                    range_end: range_end.to_vec(),
+                }),
+            })
+        };
+        type Grant<'a> = Option<(&'a [u8], &'a [u8])>;
+        let cases: [(Grant, Error); 4] = [
+            (None, Error::PermissionNotGiven),
+            (Some((b"", b"")), Error::InvalidAuthMgmt),
+            (Some((b"b", b"a")), Error::InvalidAuthMgmt),
+            (Some((b"a", b"a")), Error::InvalidAuthMgmt),
+        ];
+        for (perm, want) in cases {
+            assert_eq!(apply(&mut store, &backend, grant_perm("missing", perm)), Err(want), "{perm:?}");
+        }
+        assert_eq!(apply(&mut store, &backend, grant_perm("missing", Some((b"a", b"b")))), Err(Error::RoleNotFound));
+        apply(&mut store, &backend, AuthCommand::RoleAdd(pb::AuthRoleAddRequest { name: "r".into() })).expect("role");
+        for perm in [(&b"a"[..], &b""[..]), (b"a", b"b"), (b"a", &[0][..])] {
+            apply(&mut store, &backend, grant_perm("r", Some(perm))).expect("a valid range");
+        }
+        assert_eq!(store.role("r").map(|r| r.key_permission.len()), Some(3));
+    }
+
+    #[test]
+    fn passwords_arrive_as_base64_and_a_user_without_one_keeps_none() {
+        let backend = Arc::new(MemBackend::default());
+        let mut store = AuthStore::default();
+        let hash = "$2b$04$abcdefghijklmnopqrstuv";
+        let encoded = base64::engine::general_purpose::STANDARD.encode(hash);
+        let add = |name: &str, hashed: &str, no_password: bool| {
+            AuthCommand::UserAdd(pb::AuthUserAddRequest {
+                name: name.into(),
+                hashed_password: hashed.into(),
+                options: Some(authpb::UserAddOptions { no_password }),
+                ..Default::default()
+            })
+        };
+        apply(&mut store, &backend, add("new", &encoded, false)).expect("base64");
+        apply(&mut store, &backend, add("old", hash, false)).expect("a bcrypt hash, as entries carried before");
+        apply(&mut store, &backend, add("none", &encoded, true)).expect("no password");
+        assert_eq!(store.user("new").map(|u| u.password.clone()), Some(hash.as_bytes().to_vec()));
+        assert_eq!(store.user("old").map(|u| u.password.clone()), Some(hash.as_bytes().to_vec()));
+        assert_eq!(store.user("none").map(|u| u.password.is_empty()), Some(true));
+
+        let change = |name: &str, hashed: &str| {
+            AuthCommand::UserChangePassword(pb::AuthUserChangePasswordRequest {
+                name: name.into(),
+                hashed_password: hashed.into(),
+                ..Default::default()
+            })
+        };
+        assert_eq!(apply(&mut store, &backend, change("ghost", "!")), Err(Error::UserNotFound));
+        assert_eq!(apply(&mut store, &backend, change("new", "!")), Err(Error::NoPasswordUser));
+        apply(&mut store, &backend, change("none", "!")).expect("etcd ignores it for a user without a password");
+        assert_eq!(store.user("none").map(|u| u.password.is_empty()), Some(true));
+        apply(&mut store, &backend, change("new", "")).expect("an empty hash: no password will match");
+        assert_eq!(store.user("new").map(|u| u.password.is_empty()), Some(true));
     }
 
     #[test]

@@ -4,6 +4,8 @@
 
 use std::sync::Arc;
 
+use base64::engine::general_purpose::STANDARD as BASE64;
+use base64::Engine;
 use proto::etcdserverpb as pb;
 use tonic::{Request, Response, Status};
 
@@ -13,6 +15,10 @@ use crate::command::{Command, CommandResponse};
 use crate::consensus::{Consensus, SharedStore};
 use crate::error::{Error, Result};
 use crate::service::{current_header, ApiConfig};
+use crate::validate;
+
+/// Stands for a client's `hashed_password` that is not base64 (see `user_change_password`).
+const NOT_BASE64: &str = "!";
 
 /// Logins retried when the auth state changed between the password check and the login's apply.
 const LOGIN_ATTEMPTS: usize = 3;
@@ -34,13 +40,15 @@ impl<C: Consensus> AuthService<C> {
         current_header(&*self.consensus, &self.store)
     }
 
-    /// Proposes a change for the caller `token` names; answers apply's outcome and a header.
-    async fn change<T>(&self, request: &Request<T>, cmd: AuthCommand) -> Result<(AuthOutcome, Header)> {
+    /// Proposes a change for the caller `token` names; answers apply's outcome and a header. As etcd, the
+    /// token is checked first, then the request's size (before any check of what it asks).
+    async fn change<T: prost::Message>(&self, request: &Request<T>, cmd: AuthCommand) -> Result<(AuthOutcome, Header)> {
         if self.consensus.is_learner() {
             return Err(Error::NotSupportedForLearner);
         }
         let token = token_of(request.metadata());
         let caller = caller(&*self.consensus, &self.store, token.as_deref()).await?;
+        validate::check_size(request.get_ref().encoded_len(), &self.config.limits)?;
         match self.consensus.propose(as_caller(caller, Command::Auth(cmd))).await? {
             CommandResponse::Auth(outcome) => Ok((outcome, self.header())),
             other => Err(Error::Internal(format!("apply answered an auth change with {other:?}"))),
@@ -55,13 +63,15 @@ impl<C: Consensus> AuthService<C> {
         caller(&*self.consensus, &self.store, token.as_deref()).await
     }
 
-    /// A bcrypt hash at `--bcrypt-cost`, made off the runtime (cost 10 takes tens of milliseconds).
+    /// A bcrypt hash at `--bcrypt-cost`, made off the runtime (cost 10 takes tens of milliseconds), in
+    /// base64 as etcd's proposals carry it.
     async fn hash(&self, password: String) -> Result<String> {
         let cost = self.config.bcrypt_cost;
         tokio::task::spawn_blocking(move || bcrypt::hash(password, cost))
             .await
             .map_err(|e| Error::Internal(format!("hash task failed: {e}")))?
             .map_err(|e| Error::Internal(format!("bcrypt: {e}")))
+            .map(|hash| BASE64.encode(hash))
     }
 
     async fn authenticate(&self, req: pb::AuthenticateRequest) -> Result<pb::AuthenticateResponse> {
@@ -147,9 +157,9 @@ impl<C: Consensus> pb::auth_server::Auth for AuthService<C> {
     ) -> Result<Response<pb::AuthUserAddResponse>, Status> {
         let mut req = request.get_ref().clone();
         let no_password = req.options.as_ref().is_some_and(|o| o.no_password);
-        if !no_password && req.hashed_password.is_empty() {
-            req.hashed_password = self.hash(std::mem::take(&mut req.password)).await?;
-        }
+        // As etcd: the server hashes the password (an empty one too); a hash the client sent is dropped.
+        req.hashed_password =
+            if no_password { String::new() } else { self.hash(std::mem::take(&mut req.password)).await? };
         req.password.clear();
         let (_, header) = self.change(&request, AuthCommand::UserAdd(req)).await?;
         Ok(Response::new(pb::AuthUserAddResponse { header }))
@@ -202,10 +212,13 @@ impl<C: Consensus> pb::auth_server::Auth for AuthService<C> {
         request: Request<pb::AuthUserChangePasswordRequest>,
     ) -> Result<Response<pb::AuthUserChangePasswordResponse>, Status> {
         let mut req = request.get_ref().clone();
-        if req.hashed_password.is_empty() {
+        if !req.password.is_empty() {
             req.hashed_password = self.hash(std::mem::take(&mut req.password)).await?;
+        } else if BASE64.decode(&req.hashed_password).is_err() {
+            // A client's own hash must be base64, as etcd's apply decodes it; apply refuses this marker
+            // (not base64 either) after looking the user up, where etcd refuses the client's text.
+            req.hashed_password = NOT_BASE64.to_string();
         }
-        req.password.clear();
         let (_, header) = self.change(&request, AuthCommand::UserChangePassword(req)).await?;
         Ok(Response::new(pb::AuthUserChangePasswordResponse { header }))
     }

@@ -32,12 +32,13 @@ impl<C: Consensus> KvService<C> {
         Ok(())
     }
 
-    /// Proposes a client's write, with its caller while auth is enabled.
+    /// Proposes a client's write, with its caller while auth is enabled. etcd's order: the space quota
+    /// (its gRPC layer), the token, then the size of what would enter the log.
     async fn propose(&self, token: Option<&str>, cmd: Command, encoded_len: usize) -> Result<CommandResponse> {
         self.refuse_learner()?;
-        validate::check_size(encoded_len, &self.config.limits)?;
-        let caller = self.caller(token).await?;
         super::quota::check(&*self.consensus, &self.store, self.config.quota_backend_bytes, &cmd).await?;
+        let caller = self.caller(token).await?;
+        validate::check_size(encoded_len, &self.config.limits)?;
         self.consensus.propose(auth::as_caller(caller, cmd)).await
     }
 

@@ -5,6 +5,7 @@
 
 mod auth;
 mod auth_jwt;
+mod bad_input;
 mod client_error;
 mod client_kv;
 mod client_txn;

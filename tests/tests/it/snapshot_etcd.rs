@@ -7,7 +7,6 @@
 
 use std::path::Path;
 use std::process::Command;
-use std::time::Duration;
 
 use anyhow::{bail, Context};
 use etcd_client::{Client, ConnectOptions, Permission, PutOptions, Txn, TxnOp};
@@ -15,10 +14,9 @@ use serde_json::Value;
 use tests::etcdctl::{self, etcdctl_bin};
 use tests::kvctl::{kvctl_bin, kvutl_bin};
 use tests::server::{etcd35_bin, etcd_bin, tool_present};
-use tests::spawned::{free_ports, Spawned};
+use tests::spawned::{free_ports, single_member, Spawned};
 use tests::{Bootstrap, Cluster, ClusterConfig, ServerKind};
 
-const START_TIMEOUT: Duration = Duration::from_secs(30);
 const ROOT: &str = "--user=root:rootpw";
 
 /// A real etcd member started by hand on a data dir (a restored one, or a new one).
@@ -30,19 +28,8 @@ struct RealEtcd {
 impl RealEtcd {
     /// Starts `binary` as member `e1` of a one-member cluster on `ports` (client, peer).
     async fn start(binary: &Path, dir: &Path, data_dir: &Path, ports: [u16; 2]) -> anyhow::Result<RealEtcd> {
-        let [client, peer] = ports.map(|port| format!("http://127.0.0.1:{port}"));
-        let args = [
-            "--name=e1".to_string(),
-            format!("--data-dir={}", data_dir.display()),
-            format!("--listen-client-urls={client}"),
-            format!("--advertise-client-urls={client}"),
-            format!("--listen-peer-urls={peer}"),
-            format!("--initial-advertise-peer-urls={peer}"),
-            format!("--initial-cluster=e1={peer}"),
-        ];
-        let mut process = Spawned::start(binary, dir, &args, &[])?;
-        process.wait_for_log("ready to serve client requests", START_TIMEOUT).await?;
-        Ok(RealEtcd { _process: process, endpoint: format!("127.0.0.1:{}", ports[0]) })
+        let (process, endpoint) = single_member(binary, dir, data_dir, ports).await?;
+        Ok(RealEtcd { _process: process, endpoint })
     }
 }
 
