@@ -6,6 +6,7 @@ use std::process::ExitCode;
 use clap::error::ErrorKind;
 use tracing::warn;
 
+use crate::config::settings::Settings;
 use crate::config::{effect, Config};
 
 /// Runs a member with this process's arguments and environment.
@@ -23,28 +24,13 @@ pub async fn main() -> ExitCode {
             return ExitCode::from(2);
         }
     };
-    let settings = match crate::config::settings::resolve(&config) {
-        Ok(settings) => settings,
-        Err(err) => {
-            eprintln!("raft-node: {err}");
-            return ExitCode::FAILURE;
-        }
-    };
-    let notes = match effect::check(&config, &settings) {
-        Ok(notes) => notes,
+    let (settings, notes) = match check(&config) {
+        Ok(checked) => checked,
         Err(refused) => {
             eprintln!("raft-node: {refused}");
             return ExitCode::FAILURE;
         }
     };
-    if let Err(err) = config.tls.policy() {
-        eprintln!("raft-node: {err:#}");
-        return ExitCode::FAILURE;
-    }
-    if let Err(err) = crate::config::auth_token::parse(&config.auth_token) {
-        eprintln!("raft-node: {err}");
-        return ExitCode::FAILURE;
-    }
     if let Err(err) = crate::logging::init(&crate::logging::LogSettings::from_config(&config)) {
         eprintln!("raft-node: cannot open the log output {:?}: {err}", config.log_outputs);
         return ExitCode::FAILURE;
@@ -61,4 +47,14 @@ pub async fn main() -> ExitCode {
             ExitCode::FAILURE
         }
     }
+}
+
+/// Checks what the flags (or the file) say as a whole, before anything starts: the settings and the
+/// notes to log (flags without effect here), or the one line that refuses the configuration.
+pub fn check(config: &Config) -> Result<(Settings, Vec<String>), String> {
+    let settings = crate::config::settings::resolve(config)?;
+    let notes = effect::check(config, &settings).map_err(|refused| refused.to_string())?;
+    config.tls.policy().map_err(|err| format!("{err:#}"))?;
+    crate::config::auth_token::parse(&config.auth_token)?;
+    Ok((settings, notes))
 }

@@ -410,6 +410,95 @@ fn http_status(code: Code) -> StatusCode {
 mod tests {
     use super::*;
 
+    /// Any JSON (or not) a client may send, shaped after `message`'s fields so that it reaches the
+    /// protobuf mapping: seeded, to depth 3.
+    fn arbitrary_json(rng: &mut rand::rngs::StdRng, message: &prost_reflect::MessageDescriptor, depth: u32) -> String {
+        use rand::Rng;
+        let scalar = |rng: &mut rand::rngs::StdRng| -> String {
+            let choices = [
+                "null",
+                "true",
+                "0",
+                "-1",
+                "1.5",
+                "1e400",
+                "\"\"",
+                "\"Zm9v\"",
+                "\"not base64!\"",
+                "\"-9223372036854775809\"",
+                "\"18446744073709551616\"",
+                "\"SORT_MOD\"",
+                "\"NOPE\"",
+                "[]",
+                "{}",
+                "\"\\u0000\"",
+                "\"\\ud800\"",
+            ];
+            choices[rng.gen_range(0..choices.len())].to_string()
+        };
+        let fields: Vec<prost_reflect::FieldDescriptor> = message.fields().collect();
+        let entries: Vec<String> = (0..rng.gen_range(0..5))
+            .map(|_| {
+                if fields.is_empty() || rng.gen_bool(0.1) {
+                    return format!("\"bogus{}\": {}", rng.gen_range(0..9), scalar(rng));
+                }
+                let field = &fields[rng.gen_range(0..fields.len())];
+                let name = if rng.gen_bool(0.5) { field.json_name().to_string() } else { field.name().to_string() };
+                let value = match field.kind().as_message() {
+                    Some(inner) if depth > 0 && rng.gen_bool(0.6) => {
+                        let one = arbitrary_json(rng, inner, depth - 1);
+                        if field.is_list() {
+                            format!("[{one}, {}]", scalar(rng))
+                        } else {
+                            one
+                        }
+                    }
+                    _ if field.is_list() => format!("[{}, {}]", scalar(rng), scalar(rng)),
+                    _ => scalar(rng),
+                };
+                format!("\"{name}\": {value}")
+            })
+            .collect();
+        format!("{{{}}}", entries.join(", "))
+    }
+
+    #[test]
+    fn arbitrary_bodies_are_decoded_or_refused_in_one_line() {
+        use rand::{Rng, SeedableRng};
+        let mut rng = rand::rngs::StdRng::seed_from_u64(41);
+        let (mut refused, mut tried) = (0, 0);
+        for (path, _, _) in ROUTES {
+            let method = route(path).expect("a route");
+            for _ in 0..150 {
+                let body = match rng.gen_range(0..8) {
+                    0 => (0..rng.gen_range(0..64)).map(|_| rng.gen::<u8>()).collect(),
+                    1 => {
+                        // Deeper than any parser should follow.
+                        let depth = rng.gen_range(100..300);
+                        format!("{}{}", "[".repeat(depth), "]".repeat(depth)).into_bytes()
+                    }
+                    2 => {
+                        let mut text = arbitrary_json(&mut rng, &method.input(), 3).into_bytes();
+                        let cut = rng.gen_range(0..=text.len());
+                        text.truncate(cut);
+                        text
+                    }
+                    _ => arbitrary_json(&mut rng, &method.input(), 3).into_bytes(),
+                };
+                for result in [decode_json(&method, &body).map(|_| ()), decode_json_stream(&method, &body).map(|_| ())]
+                {
+                    tried += 1;
+                    if let Err((code, message)) = result {
+                        refused += 1;
+                        assert_eq!(code, Code::InvalidArgument, "{path} {:?}", String::from_utf8_lossy(&body));
+                        assert!(!message.is_empty() && !message.contains('\n'), "{path}: {message:?}");
+                    }
+                }
+            }
+        }
+        assert!(refused > tried / 10 && refused < tried * 9 / 10, "{refused} of {tried} refused");
+    }
+
     #[test]
     fn every_route_names_a_method_of_etcds_api() {
         for (path, _, method) in ROUTES {

@@ -246,6 +246,46 @@ mod tests {
     }
 
     #[test]
+    fn arbitrary_damage_is_read_or_refused_in_one_line() {
+        use rand::{Rng, SeedableRng};
+        let store = store();
+        let (mut file, _) =
+            write(&**store.backend(), &Origin::default(), tempfile::tempfile().expect("file")).expect("write");
+        let mut good = Vec::new();
+        file.read_to_end(&mut good).expect("read");
+        let dir = tempfile::tempdir().expect("tempdir");
+        let path = dir.path().join("s.db");
+        let mut rng = rand::rngs::StdRng::seed_from_u64(53);
+        let mut refused = 0;
+        for round in 0..2000 {
+            let bytes = match round % 4 {
+                // Bytes of any kind and length.
+                0 => (0..rng.gen_range(0..20_000)).map(|_| rng.gen::<u8>()).collect(),
+                // A truncated copy.
+                1 => good[..rng.gen_range(0..good.len())].to_vec(),
+                // A few bytes changed anywhere, headers and values alike.
+                _ => {
+                    let mut bytes = good.clone();
+                    for _ in 0..rng.gen_range(1..8) {
+                        let at = rng.gen_range(0..bytes.len());
+                        bytes[at] = rng.gen();
+                    }
+                    bytes
+                }
+            };
+            std::fs::write(&path, &bytes).expect("write");
+            for check in [true, false] {
+                if let Err(err) = records(&path, check) {
+                    refused += 1;
+                    let text = err.to_string();
+                    assert!(!text.is_empty() && !text.contains('\n'), "{text:?}");
+                }
+            }
+        }
+        assert!(refused > 2000, "most damage is caught: {refused} of 4000 reads refused");
+    }
+
+    #[test]
     fn digests_are_checked_as_etcds_restore_checks_them() {
         let store = store();
         let dir = tempfile::tempdir().expect("tempdir");

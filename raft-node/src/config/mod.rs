@@ -27,6 +27,9 @@ pub mod monitoring;
 pub mod renamed;
 pub mod settings;
 
+#[cfg(test)]
+mod arbitrary_test;
+
 pub use duration::parse_duration;
 
 use clap::{CommandFactory, FromArgMatches, Parser};
