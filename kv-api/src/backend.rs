@@ -146,3 +146,21 @@ impl Backend for MemBackend {
         self.buckets.read().iter().map(|((_, k), v)| (k.len() + v.len()) as u64).sum()
     }
 }
+
+/// Visits every entry of `bucket` in key order, stopping at the first error `visit` returns.
+pub(crate) fn try_scan(
+    backend: &dyn Backend,
+    bucket: Bucket,
+    mut visit: impl FnMut(&[u8], &[u8]) -> crate::error::Result<()>,
+) -> crate::error::Result<()> {
+    let mut failure = None;
+    backend.scan(bucket, &mut |key, value| match visit(key, value) {
+        Ok(()) => true,
+        Err(err) => {
+            failure = Some(err);
+            false
+        }
+    })?;
+    failure.map_or(Ok(()), Err)
+}
+

@@ -49,7 +49,7 @@ impl Command {
     /// Whether applying the command can change the store (a txn made only of ranges cannot).
     pub fn is_write(&self) -> bool {
         match self {
-            Command::Txn(txn) => !crate::txn::is_read_only(txn),
+            Command::Txn(txn) => !is_read_only(txn),
             Command::AsUser(_, inner) => inner.is_write(),
             _ => true,
         }
@@ -234,6 +234,16 @@ impl<'de> Deserialize<'de> for Command {
         let (tag, ByteString(bytes)) = <(u8, ByteString)>::deserialize(deserializer)?;
         Command::from_tag_and_bytes(tag, &bytes).map_err(serde::de::Error::custom)
     }
+}
+
+/// True when no branch of the txn, at any depth, writes.
+pub fn is_read_only(req: &pb::TxnRequest) -> bool {
+    use pb::request_op::Request;
+    req.success.iter().chain(&req.failure).all(|op| match &op.request {
+        Some(Request::RequestPut(_) | Request::RequestDeleteRange(_)) => false,
+        Some(Request::RequestTxn(inner)) => is_read_only(inner),
+        Some(Request::RequestRange(_)) | None => true,
+    })
 }
 
 #[cfg(test)]

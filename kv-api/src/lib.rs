@@ -9,9 +9,9 @@
 //! - [`key_index`]: one key's history as generations (with a worked example of compaction).
 //! - [`index`]: the in-memory index of every key, and etcd's key-range forms.
 //! - [`backend`]: the [`Backend`] storage seam, and [`MemBackend`] for tests.
-//! - [`store`]: the MVCC store: apply of writes, reads at any revision, compaction, snapshots.
+//! - [`store`]: the MVCC store: reads at any revision, history and commit; apply of writes (`write`);
+//!   txns: compares, checks and runs (`txn`).
 //! - [`range`]: Range options applied after the index scan (filters, sort, limit).
-//! - [`txn`]: compares and the checks apply makes before running a txn.
 //! - [`validate`]: request checks made before proposing (etcd's gRPC-layer checks and limits).
 //! - [`lease`]: the lease table, the leader's expiry deadlines and the Lease service.
 //! - [`command`]: the commands that travel through the log, and their responses.
@@ -42,7 +42,6 @@ pub mod service;
 pub mod snapshot;
 pub mod stats;
 pub mod store;
-pub mod txn;
 pub mod validate;
 pub mod watch;
 

@@ -642,7 +642,7 @@ fn run(seed: u64) -> Tally {
         let want = model.apply(&cmd);
         let got = match &cmd {
             // A read-only txn is served without consensus; both ways must answer the same.
-            Command::Txn(req) if kv_api::txn::is_read_only(req) && gen.rng.gen_bool(0.5) => {
+            Command::Txn(req) if kv_api::command::is_read_only(req) && gen.rng.gen_bool(0.5) => {
                 store.txn_read_only(req).map(CommandResponse::Txn)
             }
             cmd => store.apply(cmd),

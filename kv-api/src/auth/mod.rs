@@ -147,7 +147,7 @@ impl AuthStore {
     pub fn load(&mut self, backend: &dyn Backend) -> Result<()> {
         let tokens = std::mem::take(&mut self.tokens);
         *self = AuthStore { tokens, ..Default::default() };
-        crate::store::try_scan(backend, Bucket::Auth, |key, value| {
+        crate::backend::try_scan(backend, Bucket::Auth, |key, value| {
             if key == KEY_ENABLED {
                 self.enabled = value == [1];
             } else if key == KEY_REVISION {

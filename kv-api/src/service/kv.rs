@@ -11,7 +11,7 @@ use crate::auth::{self, Caller};
 use crate::command::{Command, CommandResponse};
 use crate::consensus::{Consensus, SharedStore};
 use crate::error::{Error, Result};
-use crate::{txn, validate};
+use crate::validate;
 
 pub struct KvService<C> {
     consensus: Arc<C>,
@@ -89,7 +89,7 @@ impl<C: Consensus> KvService<C> {
 
     async fn txn(&self, token: Option<&str>, req: pb::TxnRequest) -> Result<pb::TxnResponse> {
         validate::check_txn(&req, &self.config.limits)?;
-        let mut resp = if txn::is_read_only(&req) {
+        let mut resp = if crate::command::is_read_only(&req) {
             // Reads need no log entry: a read barrier makes them linearizable.
             if !is_serializable(&req) {
                 self.refuse_learner()?;

@@ -1,4 +1,5 @@
-//! Txn evaluation: compares, the branch path, and the checks apply makes before running any op.
+//! Txns: compares, the branch path, the checks apply makes before running any op, and the runs of a txn
+//! (written through apply, or read-only).
 //!
 //! All compares of a txn, nested ones included, are evaluated against the store as it was before the txn;
 //! the result is the *path*: one boolean per txn on the way, in the order the ops visit them.
@@ -10,16 +11,9 @@ use proto::mvccpb::KeyValue;
 
 use crate::error::{Error, Result};
 use crate::index::KeyRange;
-use crate::store::MvccStore;
-
-/// True when no branch of the txn, at any depth, writes.
-pub fn is_read_only(req: &pb::TxnRequest) -> bool {
-    req.success.iter().chain(&req.failure).all(|op| match &op.request {
-        Some(Request::RequestPut(_) | Request::RequestDeleteRange(_)) => false,
-        Some(Request::RequestTxn(inner)) => is_read_only(inner),
-        Some(Request::RequestRange(_)) | None => true,
-    })
-}
+use crate::stats;
+use super::{revision_header, MvccStore, WriteTxn};
+use crate::command::is_read_only;
 
 /// The branch each txn on the way takes, evaluated at revision `at`.
 pub(crate) fn compare_path(store: &MvccStore, req: &pb::TxnRequest, at: i64) -> Vec<bool> {
@@ -144,4 +138,85 @@ fn check_branch<'a>(
         }
     }
     Ok(())
+}
+
+impl MvccStore {
+    /// Evaluates a txn: compares against the store as it was before the txn, then runs the chosen
+    /// branches, all changes at one main revision. Read-only txns change nothing and may be run on any
+    /// member without consensus.
+    pub fn txn(&mut self, req: &pb::TxnRequest) -> Result<pb::TxnResponse> {
+        stats::count(&stats::TXNS);
+        let path = compare_path(self, req, self.current);
+        check_ops(self, req, &path, self.current)?;
+        let mut txn = self.begin();
+        let mut path_iter = path.iter().copied();
+        let mut resp = self.run_txn(&mut txn, req, &mut path_iter)?;
+        let rev = self.end(txn);
+        resp.header = Some(revision_header(rev));
+        Ok(resp)
+    }
+
+    /// Serves a read-only txn (no put, no delete, at any depth) without changing anything.
+    pub fn txn_read_only(&self, req: &pb::TxnRequest) -> Result<pb::TxnResponse> {
+        stats::count(&stats::TXNS);
+        debug_assert!(is_read_only(req));
+        let path = compare_path(self, req, self.current);
+        check_ops(self, req, &path, self.current)?;
+        let mut path_iter = path.iter().copied();
+        let mut resp = self.run_read_only(req, &mut path_iter)?;
+        resp.header = Some(revision_header(self.current));
+        Ok(resp)
+    }
+
+    fn run_txn(
+        &mut self,
+        txn: &mut WriteTxn,
+        req: &pb::TxnRequest,
+        path: &mut impl Iterator<Item = bool>,
+    ) -> Result<pb::TxnResponse> {
+        let succeeded = path.next().unwrap_or(false);
+        let ops = if succeeded { &req.success } else { &req.failure };
+        let mut responses = Vec::with_capacity(ops.len());
+        for op in ops {
+            use pb::request_op::Request;
+            use pb::response_op::Response;
+            let response = match &op.request {
+                Some(Request::RequestRange(r)) => Response::ResponseRange(self.range_at(r, txn.read_rev())?),
+                Some(Request::RequestPut(r)) => Response::ResponsePut(self.put(txn, r)?),
+                Some(Request::RequestDeleteRange(r)) => Response::ResponseDeleteRange(self.delete_range(txn, r)?),
+                Some(Request::RequestTxn(r)) => {
+                    let mut inner = self.run_txn(txn, r, path)?;
+                    inner.header = Some(pb::ResponseHeader::default());
+                    Response::ResponseTxn(inner)
+                }
+                None => continue,
+            };
+            responses.push(pb::ResponseOp { response: Some(response) });
+        }
+        Ok(pb::TxnResponse { header: None, succeeded, responses })
+    }
+
+    fn run_read_only(&self, req: &pb::TxnRequest, path: &mut impl Iterator<Item = bool>) -> Result<pb::TxnResponse> {
+        let succeeded = path.next().unwrap_or(false);
+        let ops = if succeeded { &req.success } else { &req.failure };
+        let mut responses = Vec::with_capacity(ops.len());
+        for op in ops {
+            use pb::request_op::Request;
+            use pb::response_op::Response;
+            let response = match &op.request {
+                Some(Request::RequestRange(r)) => Response::ResponseRange(self.range_at(r, self.current)?),
+                Some(Request::RequestTxn(r)) => {
+                    let mut inner = self.run_read_only(r, path)?;
+                    inner.header = Some(pb::ResponseHeader::default());
+                    Response::ResponseTxn(inner)
+                }
+                Some(Request::RequestPut(_) | Request::RequestDeleteRange(_)) => {
+                    return Err(Error::Internal("write inside a read-only txn".into()))
+                }
+                None => continue,
+            };
+            responses.push(pb::ResponseOp { response: Some(response) });
+        }
+        Ok(pb::TxnResponse { header: None, succeeded, responses })
+    }
 }

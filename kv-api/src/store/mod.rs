@@ -1,0 +1,382 @@
+//! The MVCC store: every revision of every key, on a [`Backend`], with the key index in memory.
+//!
+//! - this file: the store, its loading, reads at any revision, history, and the commit;
+//! - [`write`]: apply of every command and the writes it stages;
+//! - [`txn`]: compares, the checks before a txn runs, and its runs.
+//!
+//! Writes happen only through [`MvccStore::apply`], called by the state machine in log order. Changes are
+//! staged in a batch (readable at once through an overlay) and reach the backend in one atomic
+//! [`MvccStore::commit`], together with whatever bookkeeping the caller staged with
+//! [`MvccStore::stage_meta`] — the applied log id, so that data and applied id never disagree.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use prost::Message;
+use proto::etcdserverpb as pb;
+use proto::mvccpb::event::EventType;
+use proto::mvccpb::{Event, KeyValue};
+
+use crate::alarm::{self, AlarmTable};
+use crate::auth::AuthStore;
+use crate::backend::{try_scan, Backend, BackendError, Bucket, WriteBatch};
+use crate::error::{Error, Result};
+use crate::index::{KeyRange, TreeIndex};
+use crate::lease::{Lease, LeaseId, LeaseTable};
+use crate::range;
+use crate::revision::Revision;
+use crate::stats;
+
+mod txn;
+mod write;
+
+pub const META_COMPACT_REV: &[u8] = b"compact_rev";
+/// The enabled downgrade's target version (`3.5.0`), empty when none is.
+pub(crate) const META_DOWNGRADE: &[u8] = b"downgrade";
+const NEVER_COMPACTED: i64 = -1;
+const ENTRY_PUT: u8 = 0;
+const ENTRY_TOMBSTONE: u8 = 1;
+
+impl From<BackendError> for Error {
+    fn from(err: BackendError) -> Self {
+        Error::Internal(err.to_string())
+    }
+}
+
+/// Encodes a revision's entry for the key bucket: a kind byte, then the `KeyValue`.
+pub(crate) fn encode_entry(tombstone: bool, kv: &KeyValue) -> Vec<u8> {
+    let mut out = Vec::with_capacity(1 + kv.encoded_len());
+    out.push(if tombstone { ENTRY_TOMBSTONE } else { ENTRY_PUT });
+    kv.encode(&mut out).expect("a Vec grows as needed");
+    out
+}
+
+pub(crate) fn decode_entry(bytes: &[u8]) -> Result<(bool, KeyValue)> {
+    let (kind, rest) = bytes.split_first().ok_or_else(|| Error::Internal("empty key bucket entry".into()))?;
+    let kv = KeyValue::decode(rest).map_err(|e| Error::Internal(format!("corrupt key bucket entry: {e}")))?;
+    Ok((*kind == ENTRY_TOMBSTONE, kv))
+}
+
+/// The write in progress inside one `apply`.
+#[derive(Clone, Copy, Debug, Default)]
+struct WriteTxn {
+    /// Store revision when the request began; its changes take `begin + 1`.
+    begin: i64,
+    /// Changes made so far; the next one takes sub-revision `changes`.
+    changes: i64,
+}
+
+impl WriteTxn {
+    /// The revision reads inside the request see: its own changes once it made some.
+    fn read_rev(&self) -> i64 {
+        if self.changes > 0 {
+            self.begin + 1
+        } else {
+            self.begin
+        }
+    }
+}
+
+/// The MVCC key-value store of one member.
+pub struct MvccStore {
+    backend: Arc<dyn Backend>,
+    index: TreeIndex,
+    /// Revision of the newest change (1 on an empty store).
+    current: i64,
+    /// Revisions below this are gone; reads at it still work. -1 until the first compaction, as in etcd
+    /// (so `Compact(0)` succeeds once and a txn range at revision -1 is not "compacted").
+    compacted: i64,
+    batch: WriteBatch,
+    /// Values staged in `batch`, readable before the commit.
+    staged: HashMap<Revision, KeyValue>,
+    /// Leases and the keys attached to them.
+    leases: LeaseTable,
+    /// Changes made since the watchers were last told, in revision order (see [`MvccStore::take_events`]).
+    events: Vec<Event>,
+    /// Active alarms (NOSPACE refuses what takes space; CORRUPT refuses everything).
+    alarms: AlarmTable,
+    /// Users, roles and the auth flags (tokens too, member-local).
+    auth: AuthStore,
+    /// Keys alive at the current revision (etcd's `keys_total`), kept as writes apply.
+    live_keys: i64,
+    /// The downgrade target while one is enabled ([`crate::downgrade`]).
+    downgrade: Option<crate::downgrade::MinorVersion>,
+}
+
+impl std::fmt::Debug for MvccStore {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("MvccStore").field("current", &self.current).field("compacted", &self.compacted).finish()
+    }
+}
+
+impl MvccStore {
+    /// Opens the store on `backend`, rebuilding the key index from the revisions it holds.
+    pub fn open(backend: Arc<dyn Backend>) -> Result<Self> {
+        let mut store = Self {
+            backend,
+            index: TreeIndex::default(),
+            current: 1,
+            compacted: NEVER_COMPACTED,
+            batch: WriteBatch::default(),
+            staged: HashMap::new(),
+            events: Vec::new(),
+            leases: LeaseTable::default(),
+            alarms: AlarmTable::default(),
+            auth: AuthStore::default(),
+            live_keys: 0,
+            downgrade: None,
+        };
+        store.load()?;
+        Ok(store)
+    }
+
+    fn load(&mut self) -> Result<()> {
+        self.index.clear();
+        self.staged.clear();
+        self.events.clear();
+        self.batch = WriteBatch::default();
+        self.compacted = match self.backend.get(Bucket::Meta, META_COMPACT_REV)? {
+            Some(bytes) => decode_i64(&bytes)?,
+            None => NEVER_COMPACTED,
+        };
+        let mut newest = 1;
+        // The lease of each key's newest value, to attach keys to their leases once all are known.
+        let mut key_leases: HashMap<Vec<u8>, LeaseId> = HashMap::new();
+        let index = &mut self.index;
+        try_scan(&*self.backend, Bucket::Key, |key, value| {
+            let rev = Revision::from_bytes(key).ok_or_else(|| Error::Internal("corrupt revision key".into()))?;
+            let (tombstone, kv) = decode_entry(value)?;
+            if tombstone {
+                index.restore_tombstone(&kv.key, rev);
+                key_leases.remove(&kv.key);
+            } else {
+                index.restore(&kv.key, Revision::new(kv.create_revision, 0), rev, kv.version);
+                key_leases.insert(kv.key, kv.lease);
+            }
+            newest = rev.main;
+            Ok(())
+        })?;
+        // Compaction may have removed the newest tombstones; the revision never goes back below it.
+        self.current = newest.max(self.compacted).max(1);
+        self.live_keys = self.index.range(KeyRange::new(&[0], &[0]), self.current).count() as i64;
+
+        self.leases.clear();
+        let leases = &mut self.leases;
+        try_scan(&*self.backend, Bucket::Lease, |id, ttl| {
+            leases.grant(decode_i64(id)?, decode_i64(ttl)?);
+            Ok(())
+        })?;
+        for (key, lease) in key_leases {
+            self.leases.attach(&key, lease);
+        }
+
+        self.alarms.clear();
+        let alarms = &mut self.alarms;
+        try_scan(&*self.backend, Bucket::Alarm, |key, _| {
+            let (member_id, alarm) = alarm::from_key(key).ok_or_else(|| Error::Internal("corrupt alarm key".into()))?;
+            alarms.activate(member_id, alarm);
+            Ok(())
+        })?;
+        self.downgrade =
+            self.backend.get(Bucket::Meta, META_DOWNGRADE)?.and_then(|bytes| crate::downgrade::decode(&bytes));
+        self.auth.load(&*self.backend)
+    }
+
+    /// The downgrade target while a downgrade is enabled.
+    pub fn downgrade_target(&self) -> Option<crate::downgrade::MinorVersion> {
+        self.downgrade
+    }
+
+    /// The active alarms.
+    pub fn alarms(&self) -> &AlarmTable {
+        &self.alarms
+    }
+
+    /// Users, roles, the auth flags and this member's tokens.
+    pub fn auth(&self) -> &AuthStore {
+        &self.auth
+    }
+
+    pub fn auth_mut(&mut self) -> &mut AuthStore {
+        &mut self.auth
+    }
+
+    /// A lease and its keys.
+    pub fn lease(&self, id: LeaseId) -> Option<&Lease> {
+        self.leases.get(id)
+    }
+
+    /// Every lease id with its granted TTL.
+    pub fn leases(&self) -> Vec<(LeaseId, i64)> {
+        self.leases.list()
+    }
+
+    pub fn current_revision(&self) -> i64 {
+        self.current
+    }
+
+    /// How many keys are alive at the current revision.
+    pub fn live_keys(&self) -> i64 {
+        self.live_keys
+    }
+
+    pub fn compacted_revision(&self) -> i64 {
+        self.compacted
+    }
+
+    pub fn backend(&self) -> &Arc<dyn Backend> {
+        &self.backend
+    }
+
+    pub(crate) fn index(&self) -> &TreeIndex {
+        &self.index
+    }
+
+    /// Serves a Range at the current revision.
+    pub fn range(&self, req: &pb::RangeRequest) -> Result<pb::RangeResponse> {
+        self.range_at(req, self.current)
+    }
+
+    /// Range seen from a store whose newest revision is `current`.
+    fn range_at(&self, req: &pb::RangeRequest, current: i64) -> Result<pb::RangeResponse> {
+        stats::count(&stats::RANGES);
+        let at = match req.revision {
+            rev if rev > current => return Err(Error::FutureRevision),
+            rev if rev <= 0 => current,
+            rev => rev,
+        };
+        if at < self.compacted {
+            return Err(Error::Compacted);
+        }
+        let keys = self.index.range(KeyRange::new(&req.key, &req.range_end), at);
+        let plan = range::Plan::of(req);
+        let mut count = 0i64;
+        let mut kvs = Vec::new();
+        for (_, found) in keys {
+            count += 1;
+            if !req.count_only && plan.fetch.is_none_or(|n| kvs.len() < n) {
+                kvs.push(self.kv_at(found.modified)?);
+            }
+        }
+        let mut resp = range::finish(req, kvs);
+        resp.count = count;
+        resp.header = Some(revision_header(current));
+        Ok(resp)
+    }
+
+    /// The value stored at `rev`.
+    fn kv_at(&self, rev: Revision) -> Result<KeyValue> {
+        if let Some(kv) = self.staged.get(&rev) {
+            return Ok(kv.clone());
+        }
+        let bytes = self
+            .backend
+            .get(Bucket::Key, &rev.to_bytes())?
+            .ok_or_else(|| Error::Internal(format!("revision {rev:?} is indexed but not stored")))?;
+        Ok(decode_entry(&bytes)?.1)
+    }
+
+    /// The key as a read at `at` sees it, with its value.
+    pub(crate) fn get_at(&self, key: &[u8], at: i64) -> Result<Option<KeyValue>> {
+        match self.index.get(key, at) {
+            Some(found) => self.kv_at(found.modified).map(Some),
+            None => Ok(None),
+        }
+    }
+
+    /// Every key of `range` alive at `at`, with values.
+    pub(crate) fn kvs_at(&self, range: KeyRange<'_>, at: i64) -> Result<Vec<KeyValue>> {
+        self.index.range(range, at).map(|(_, found)| self.kv_at(found.modified)).collect()
+    }
+
+    /// The changes applied since the last call, in revision order, for the watchers; call after
+    /// [`MvccStore::commit`]. Events carry no `prev_kv` (watchers that want it read revision - 1).
+    pub fn take_events(&mut self) -> Vec<Event> {
+        std::mem::take(&mut self.events)
+    }
+
+    /// Every change to keys of `range` with a main revision in `(after, upto]`, in revision order: the
+    /// history a watcher catches up from. Fails with [`Error::Compacted`] when part of it is gone.
+    pub fn history(&self, range: KeyRange<'_>, after: i64, upto: i64) -> Result<Vec<Event>> {
+        if after + 1 < self.compacted {
+            return Err(Error::Compacted);
+        }
+        let mut revs: Vec<(Revision, bool)> = Vec::new();
+        for (_, ki) in self.index.range_indexes(range) {
+            revs.extend(ki.revisions_after(after).into_iter().filter(|(rev, _)| rev.main <= upto));
+        }
+        revs.sort_unstable();
+        revs.into_iter().map(|(rev, tombstone)| Ok(event(tombstone, self.kv_at(rev)?))).collect()
+    }
+
+    /// The value of `key` as a read at `at` sees it (for watchers' `prev_kv`).
+    pub fn value_at(&self, key: &[u8], at: i64) -> Result<Option<KeyValue>> {
+        if at < self.compacted {
+            return Err(Error::Compacted);
+        }
+        self.get_at(key, at)
+    }
+
+    /// Stages a bookkeeping value to be written atomically with the next commit.
+    pub fn stage_meta(&mut self, key: &[u8], value: Vec<u8>) {
+        self.batch.put(Bucket::Meta, key, value);
+    }
+
+    /// A bookkeeping value as last committed.
+    pub fn meta(&self, key: &[u8]) -> Result<Option<Vec<u8>>> {
+        Ok(self.backend.get(Bucket::Meta, key)?)
+    }
+
+    /// How many writes are staged and not yet committed.
+    pub fn staged_writes(&self) -> usize {
+        self.batch.ops.len()
+    }
+
+    /// Writes everything staged since the last commit, atomically.
+    pub fn commit(&mut self) -> Result<()> {
+        if self.batch.is_empty() {
+            return Ok(());
+        }
+        let batch = std::mem::take(&mut self.batch);
+        self.backend.write(batch)?;
+        self.staged.clear();
+        Ok(())
+    }
+
+    /// Every committed entry of every bucket: the content of a snapshot.
+    pub fn export(&self) -> Result<Vec<(Bucket, Vec<u8>, Vec<u8>)>> {
+        let mut out = Vec::new();
+        for bucket in Bucket::ALL {
+            self.backend.scan(bucket, &mut |k, v| {
+                out.push((bucket, k.to_vec(), v.to_vec()));
+                true
+            })?;
+        }
+        Ok(out)
+    }
+
+    /// Replaces the whole store with a snapshot's content (from [`MvccStore::export`]).
+    pub fn install(&mut self, entries: Vec<(Bucket, Vec<u8>, Vec<u8>)>) -> Result<()> {
+        let mut batch = WriteBatch::default();
+        for (bucket, key, value) in entries {
+            batch.put(bucket, key, value);
+        }
+        self.backend.replace_all(batch)?;
+        self.load()
+    }
+}
+
+fn decode_i64(bytes: &[u8]) -> Result<i64> {
+    let arr: [u8; 8] = bytes.try_into().map_err(|_| Error::Internal("corrupt meta revision".into()))?;
+    Ok(i64::from_be_bytes(arr))
+}
+
+fn event(tombstone: bool, kv: KeyValue) -> Event {
+    let kind = if tombstone { EventType::Delete } else { EventType::Put };
+    Event { r#type: kind as i32, kv: Some(kv), prev_kv: None }
+}
+
+/// A header carrying only a revision, as apply produces (the service fills in the rest).
+pub(crate) fn revision_header(revision: i64) -> pb::ResponseHeader {
+    pb::ResponseHeader { revision, ..Default::default() }
+}
