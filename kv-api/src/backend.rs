@@ -163,4 +163,3 @@ pub(crate) fn try_scan(
     })?;
     failure.map_or(Ok(()), Err)
 }
-

@@ -9,11 +9,11 @@ use proto::etcdserverpb::compare::{CompareResult, CompareTarget, TargetUnion};
 use proto::etcdserverpb::request_op::Request;
 use proto::mvccpb::KeyValue;
 
+use super::{revision_header, MvccStore, WriteTxn};
+use crate::command::is_read_only;
 use crate::error::{Error, Result};
 use crate::index::KeyRange;
 use crate::stats;
-use super::{revision_header, MvccStore, WriteTxn};
-use crate::command::is_read_only;
 
 /// The branch each txn on the way takes, evaluated at revision `at`.
 pub(crate) fn compare_path(store: &MvccStore, req: &pb::TxnRequest, at: i64) -> Vec<bool> {

@@ -178,7 +178,11 @@ impl MvccStore {
         Ok(pb::PutResponse { header: Some(revision_header(rev.main)), prev_kv: if req.prev_kv { prev } else { None } })
     }
 
-    pub(super) fn delete_range(&mut self, txn: &mut WriteTxn, req: &pb::DeleteRangeRequest) -> Result<pb::DeleteRangeResponse> {
+    pub(super) fn delete_range(
+        &mut self,
+        txn: &mut WriteTxn,
+        req: &pb::DeleteRangeRequest,
+    ) -> Result<pb::DeleteRangeResponse> {
         stats::count(&stats::DELETES);
         let range = KeyRange::new(&req.key, &req.range_end);
         let victims = self.kvs_at(range, txn.read_rev())?;
