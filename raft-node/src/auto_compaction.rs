@@ -17,7 +17,8 @@ use proto::etcdserverpb as pb;
 use tracing::{info, warn};
 
 use crate::config::parse_duration;
-use crate::leader::{Leader, LeaderReply, LeaderRequest};
+use crate::leader::Leader;
+use crate::leader_wire::{LeaderReply, LeaderRequest};
 
 /// etcd's revision compactor checks this often.
 const REVISION_CHECK: Duration = Duration::from_secs(300);

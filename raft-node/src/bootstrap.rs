@@ -12,7 +12,7 @@ use tracing::warn;
 use crate::config::Config;
 use crate::forward::Forwarder;
 use crate::identity::Identity;
-use crate::leader::{LeaderReply, LeaderRequest};
+use crate::leader_wire::{LeaderReply, LeaderRequest};
 use crate::member_id::{cluster_id, member_id};
 use crate::typ::{MemberNode, NodeId};
 

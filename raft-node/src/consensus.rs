@@ -12,7 +12,8 @@ use openraft::ServerState;
 use proto::etcdserverpb as pb;
 use tokio::time::Instant;
 
-use crate::leader::{members, wait_applied, Leader, LeaderReply, LeaderRequest};
+use crate::leader::{members, wait_applied, Leader};
+use crate::leader_wire::{LeaderReply, LeaderRequest};
 use crate::metrics::{metrics, PendingProposal};
 use crate::read_index::ReadRounds;
 use crate::storage::snapshot_file;

@@ -22,28 +22,12 @@ use std::time::Duration;
 use futures::future::join_all;
 use openraft::ServerState;
 use rand::Rng;
-use serde::{Deserialize, Serialize};
 use tokio::sync::watch;
 use tracing::{debug, info, warn};
 
 use crate::forward::Forwarder;
-use crate::leader::{LeaderReply, LeaderRequest};
+use crate::leader_wire::{LeaderReply, LeaderRequest, PreVote, PreVoteAnswer};
 use crate::typ::{NodeId, Raft, RaftMetrics};
-
-/// What a would-be candidate tells the members it asks.
-#[derive(Clone, Debug, Serialize, Deserialize)]
-pub struct PreVote {
-    pub candidate: NodeId,
-    pub last_log_index: u64,
-}
-
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub enum PreVoteAnswer {
-    Granted,
-    Refused,
-    /// The candidate is not a member of the cluster any more.
-    Removed,
-}
 
 /// When a member without a sign of its leader asks for pre-votes next.
 ///

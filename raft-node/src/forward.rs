@@ -13,7 +13,7 @@ use tonic::transport::Channel;
 use tracing::debug;
 
 use crate::dial::PeerDialer;
-use crate::leader::{unix_ms, Forwarded, LeaderReply, LeaderRequest};
+use crate::leader_wire::{unix_ms, Forwarded, LeaderReply, LeaderRequest};
 use crate::storage::{decode, encode};
 use crate::typ::MemberNode;
 

@@ -110,7 +110,7 @@ async fn answer(
             waiting.len(),
             response.data.len()
         ))),
-        Ok(Err(err)) => Err(crate::leader::write_error(err)),
+        Ok(Err(err)) => Err(crate::leader_wire::write_error(err)),
         Err(_) => Err(Error::Stopped),
     };
     match result {

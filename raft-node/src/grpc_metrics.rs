@@ -6,13 +6,14 @@
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::LazyLock;
 use std::task::{Context, Poll};
 
 use bytes::Bytes;
 use http_body::{Body, Frame, SizeHint};
 use tonic::Code;
 
-use crate::metrics::{metrics, Exposition, COUNTER};
+use crate::exposition::{Exposition, COUNTER};
 
 /// etcd 3.4's gRPC methods with their kind, as its `/metrics` lists them (counted from zero at start).
 const METHODS: &[(&str, &str, &str)] = &[
@@ -92,6 +93,12 @@ const CODES: [&str; 17] = [
 ];
 
 /// Per-method counters, indexed as [`METHODS`].
+/// The process' gRPC counters (one member runs per process, as etcd's collectors are process-wide).
+pub fn grpc_counters() -> &'static GrpcCounters {
+    static COUNTERS: LazyLock<GrpcCounters> = LazyLock::new(GrpcCounters::new);
+    &COUNTERS
+}
+
 pub struct GrpcCounters {
     started: Vec<AtomicU64>,
     /// `CODES.len()` counters per method.
@@ -204,7 +211,7 @@ where
 
     fn call(&mut self, request: http::Request<tonic::body::Body>) -> Self::Future {
         let method = GrpcCounters::method(request.uri().path());
-        let counters = &metrics().grpc;
+        let counters = grpc_counters();
         if let Some(m) = method {
             counters.started[m].fetch_add(1, Ordering::Relaxed);
         }
@@ -242,7 +249,7 @@ impl Handled {
     fn count(&mut self, code: Code) {
         if !self.counted {
             self.counted = true;
-            metrics().grpc.handled(self.method, code);
+            grpc_counters().handled(self.method, code);
         }
     }
 }
@@ -257,7 +264,7 @@ impl Body for Handled {
         match &polled {
             Poll::Ready(Some(Ok(frame))) => {
                 if let Some(data) = frame.data_ref() {
-                    metrics().grpc.sent_bytes.fetch_add(data.len() as u64, Ordering::Relaxed);
+                    grpc_counters().sent_bytes.fetch_add(data.len() as u64, Ordering::Relaxed);
                 }
                 if let Some(code) = frame.trailers_ref().and_then(status_code) {
                     this.count(code);
@@ -292,7 +299,7 @@ impl Body for Received {
         let polled = Pin::new(&mut self.inner).poll_frame(cx);
         if let Poll::Ready(Some(Ok(frame))) = &polled {
             if let Some(data) = frame.data_ref() {
-                metrics().grpc.received_bytes.fetch_add(data.len() as u64, Ordering::Relaxed);
+                grpc_counters().received_bytes.fetch_add(data.len() as u64, Ordering::Relaxed);
             }
         }
         polled

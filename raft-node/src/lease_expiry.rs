@@ -5,7 +5,8 @@ use std::time::{Duration, Instant};
 use proto::etcdserverpb as pb;
 use tracing::{info, warn};
 
-use crate::leader::{Leader, LeaderRequest};
+use crate::leader::Leader;
+use crate::leader_wire::LeaderRequest;
 
 /// How often the leader looks for expired leases.
 const LEASE_EXPIRY_TICK: Duration = Duration::from_millis(500);

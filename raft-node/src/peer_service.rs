@@ -8,7 +8,8 @@ use serde::de::DeserializeOwned;
 use serde::Serialize;
 use tonic::{Request, Response, Status, Streaming};
 
-use crate::leader::{unix_ms, Forwarded, Leader, LeaderReply};
+use crate::leader::Leader;
+use crate::leader_wire::{unix_ms, Forwarded, LeaderReply};
 use crate::storage::{decode, encode};
 use crate::typ::{SnapshotMeta, Vote};
 

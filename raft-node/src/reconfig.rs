@@ -9,7 +9,8 @@ use kv_api::Error;
 use openraft::{ChangeMembers, Membership};
 use tracing::warn;
 
-use crate::leader::{list_members, members, submitted_error, Leader, LeaderReply};
+use crate::leader::{list_members, members, Leader};
+use crate::leader_wire::{submitted_error, LeaderReply};
 use crate::typ::{MemberNode, NodeId};
 
 /// etcd's `HealthInterval`: how long the members a change needs must have been reachable.

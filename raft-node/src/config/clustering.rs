@@ -1,6 +1,6 @@
 //! etcd's "Clustering" flags beyond the bootstrap ones in [`super::Config`], and its unsafe ones.
 
-use super::parse_bool;
+use super::boolean::parse_bool;
 
 /// The rest of etcd's "Clustering" and "Unsafe feature" sections.
 #[derive(Clone, Debug, clap::Args)]

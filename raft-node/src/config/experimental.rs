@@ -5,7 +5,8 @@
 
 use std::time::Duration;
 
-use super::{parse_bool, parse_duration};
+use super::boolean::parse_bool;
+use super::duration::parse_duration;
 
 /// etcd's "Experimental feature" section.
 #[derive(Clone, Debug, Default, clap::Args)]

@@ -4,7 +4,7 @@
 
 use std::collections::BTreeMap;
 
-use super::parse_bool;
+use super::boolean::parse_bool;
 
 /// etcd 3.6's gates: name, default, stage.
 const GATES: &[(&str, bool, &str)] = &[

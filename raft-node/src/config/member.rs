@@ -3,7 +3,8 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
-use super::{parse_bool, parse_duration};
+use super::boolean::parse_bool;
+use super::duration::parse_duration;
 
 /// The rest of etcd's "Member" section.
 #[derive(Clone, Debug, clap::Args)]

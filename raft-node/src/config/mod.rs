@@ -16,6 +16,7 @@
 //! - [`duration`]: Go's duration syntax.
 
 pub mod auth_token;
+pub mod boolean;
 pub mod clustering;
 pub mod duration;
 pub mod effect;
@@ -175,15 +176,6 @@ pub struct Config {
     /// Keys of the configuration file that name no flag (etcd ignores them; the member logs them).
     #[arg(skip)]
     pub ignored_file_keys: Vec<String>,
-}
-
-/// A boolean as Go's `strconv.ParseBool` reads it (etcd's boolean flags and variables).
-pub fn parse_bool(text: &str) -> Result<bool, String> {
-    match text {
-        "1" | "t" | "T" | "TRUE" | "true" | "True" => Ok(true),
-        "0" | "f" | "F" | "FALSE" | "false" | "False" => Ok(false),
-        _ => Err(format!("parse error: invalid boolean {text:?}")),
-    }
 }
 
 /// Why the flags could not be read.

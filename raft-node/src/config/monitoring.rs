@@ -1,7 +1,7 @@
 //! etcd's "Profiling and Monitoring", the rest of "Logging", and "v2 Proxy" flags (distributed tracing:
 //! [`super::experimental`] and [`super::renamed`]).
 
-use super::parse_bool;
+use super::boolean::parse_bool;
 
 /// Profiling, metrics, log rotation, tracing and the v2 proxy.
 #[derive(Clone, Debug, clap::Args)]

@@ -4,7 +4,8 @@
 
 use std::time::Duration;
 
-use super::{parse_bool, parse_duration};
+use super::boolean::parse_bool;
+use super::duration::parse_duration;
 
 /// etcd 3.6's flags.
 #[derive(Clone, Debug, Default, clap::Args)]

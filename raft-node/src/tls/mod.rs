@@ -110,7 +110,7 @@ pub struct TlsFlags {
 
     /// Client TLS using generated certificates.
     #[arg(long, env = "ETCD_AUTO_TLS", default_value = "false", num_args = 0..=1, default_missing_value = "true",
-          action = clap::ArgAction::Set, value_parser = crate::config::parse_bool)]
+          action = clap::ArgAction::Set, value_parser = crate::config::boolean::parse_bool)]
     pub auto_tls: bool,
 
     /// Comma-separated list of allowed CNs for inter-peer TLS authentication.
@@ -123,7 +123,7 @@ pub struct TlsFlags {
 
     /// Peer TLS using self-generated certificates if --peer-key-file and --peer-cert-file are not provided.
     #[arg(long, env = "ETCD_PEER_AUTO_TLS", default_value = "false", num_args = 0..=1, default_missing_value = "true",
-          action = clap::ArgAction::Set, value_parser = crate::config::parse_bool)]
+          action = clap::ArgAction::Set, value_parser = crate::config::boolean::parse_bool)]
     pub peer_auto_tls: bool,
 
     /// Path to an explicit peer client TLS cert file otherwise peer cert file will be used when client auth
