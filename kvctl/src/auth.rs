@@ -9,7 +9,7 @@ use tonic::metadata::MetadataValue;
 use tonic::transport::Channel;
 
 use crate::error::{CliError, EXIT_BAD_CONNECTION};
-use crate::global::AuthToken;
+use crate::token::AuthToken;
 
 /// etcd's answer when auth is off; clientv3 then goes on without a token.
 const AUTH_NOT_ENABLED: &str = "etcdserver: authentication is not enabled";

@@ -3,13 +3,12 @@
 use std::time::Duration;
 
 use clap::{ArgAction, Args, ValueEnum};
-use tonic::metadata::{Ascii, MetadataValue};
 use tonic::service::interceptor::InterceptedService;
-use tonic::service::Interceptor;
 use tonic::transport::{Channel, Endpoint};
 
 use crate::auth;
 use crate::error::{CliError, EXIT_BAD_CONNECTION};
+use crate::token::AuthToken;
 use crate::transport::{SecureConfig, TlsConnector};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -129,19 +128,6 @@ pub struct GlobalFlags {
 /// A connection as every command uses it: the channel plus the auth token (when `--user` is given)
 /// in each request's `token` metadata, as clientv3 sends it.
 pub type Conn = InterceptedService<Channel, AuthToken>;
-
-/// Adds the `token` metadata to every request once the client has authenticated.
-#[derive(Debug, Clone, Default)]
-pub struct AuthToken(pub Option<MetadataValue<Ascii>>);
-
-impl Interceptor for AuthToken {
-    fn call(&mut self, mut request: tonic::Request<()>) -> Result<tonic::Request<()>, tonic::Status> {
-        if let Some(token) = &self.0 {
-            request.metadata_mut().insert("token", token.clone());
-        }
-        Ok(request)
-    }
-}
 
 impl GlobalFlags {
     /// Connects to the cluster (the first endpoint that answers) as every command does, and

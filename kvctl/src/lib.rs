@@ -11,6 +11,8 @@
 //! - [`transport`]: TLS as clientv3 sets it up (`--cacert/--cert/--key`, `https://`, skip-verify).
 //! - [`auth`]: `--user` login (Authenticate, then the token on every request) and password prompts
 //!   as etcdctl's (speakeasy) ask them.
+//! - [`prefix`]: clientv3's prefix-to-range rule (`--prefix`), which verbs and printers share.
+//! - [`token`]: the auth token attached to every request after a login.
 //! - [`error`]: [`CliError`], an exit code plus the message etcdctl would print after `Error: `.
 //! - [`command`]: one file per verb (`get`, `put`, `del`, `compaction`, `member list`,
 //!   `endpoint status|hashkv`, `version`, `auth`, `user`, `role`, …); each builds the request
@@ -26,7 +28,9 @@ pub mod command;
 pub mod concurrency;
 pub mod error;
 pub mod global;
+pub mod prefix;
 pub mod printer;
+pub mod token;
 pub mod transport;
 
 pub use command::Cli;

@@ -12,12 +12,12 @@ use clap::{ArgAction, Args};
 use proto::etcdserverpb as pb;
 use proto::mvccpb::event::EventType;
 
-use super::prefix_end;
 use super::watch::write_stdout;
 use crate::concurrency::watcher::ERR_COMPACTED;
 use crate::concurrency::{Delivery, WatchStream};
 use crate::error::{CliError, EXIT_ERROR};
 use crate::global::{parse_go_bool, Conn, GlobalFlags};
+use crate::prefix::prefix_end;
 
 #[derive(Debug, Clone, Args)]
 pub struct MakeMirrorCommand {

@@ -151,19 +151,6 @@ pub(crate) async fn cluster_client(global: &GlobalFlags) -> Result<pb::cluster_c
     Ok(pb::cluster_client::ClusterClient::new(global.connect().await?))
 }
 
-/// clientv3's `getPrefix`: the smallest key greater than every key starting with `key`; `\0`
-/// ("to the end of the keyspace") when no such key exists.
-pub(crate) fn prefix_end(key: &[u8]) -> Vec<u8> {
-    let mut end = key.to_vec();
-    while let Some(last) = end.pop() {
-        if last < 0xff {
-            end.push(last + 1);
-            return end;
-        }
-    }
-    vec![0]
-}
-
 /// How many positional arguments a key-range verb takes: `del` refuses a third, `get` ignores it
 /// (etcdctl's `getGetOp` never looks past `args[1]`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -203,7 +190,7 @@ pub(crate) fn key_range(
             key = vec![0];
             range_end = vec![0];
         } else {
-            range_end = prefix_end(&key);
+            range_end = crate::prefix::prefix_end(&key);
         }
     }
     if from_key {
@@ -218,14 +205,6 @@ pub(crate) fn key_range(
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn prefix_ends() {
-        let cases: [(&[u8], &[u8]); 4] = [(b"abc", b"abd"), (b"a\xff", b"b"), (b"\xff\xff", b"\0"), (b"", b"\0")];
-        for (key, want) in cases {
-            assert_eq!(prefix_end(key), want, "{key:?}");
-        }
-    }
 
     #[test]
     fn key_ranges() {

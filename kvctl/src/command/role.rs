@@ -5,10 +5,11 @@ use proto::authpb::permission::Type as PermType;
 use proto::authpb::Permission;
 use proto::etcdserverpb as pb;
 
+use super::auth_client;
 use super::user::one_name;
-use super::{auth_client, prefix_end};
 use crate::error::CliError;
 use crate::global::GlobalFlags;
+use crate::prefix::prefix_end;
 use crate::printer::{AuthResponse, Printer};
 
 #[derive(Debug, Clone, Subcommand)]

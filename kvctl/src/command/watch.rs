@@ -10,10 +10,10 @@ use clap::Args;
 use proto::etcdserverpb as pb;
 
 use super::exec;
-use super::prefix_end;
 use crate::concurrency::{Delivery, WatchResponse, WatchStream};
 use crate::error::{CliError, EXIT_INTERRUPTED};
 use crate::global::GlobalFlags;
+use crate::prefix::prefix_end;
 use crate::printer::fields::go_quote;
 use crate::printer::simple::event_type_name;
 use crate::printer::Printer;

@@ -9,9 +9,9 @@ use proto::mvccpb::KeyValue;
 use super::key::{by_create, create_revision_is, delete_op, get_op, put_op, range_kvs, wait_deletes, KvClient};
 use super::session::Session;
 use super::watcher::{Delivery, WatchStream};
-use crate::command::prefix_end;
 use crate::error::{CliError, EXIT_ERROR};
 use crate::global::Conn;
+use crate::prefix::prefix_end;
 
 pub struct Election {
     /// `<name>/`.

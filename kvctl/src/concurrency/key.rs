@@ -5,9 +5,9 @@ use proto::etcdserverpb as pb;
 use proto::mvccpb::event::EventType;
 
 use super::watcher::{Delivery, WatchStream};
-use crate::command::prefix_end;
 use crate::error::{CliError, EXIT_ERROR};
 use crate::global::Conn;
+use crate::prefix::prefix_end;
 
 pub(crate) type KvClient = pb::kv_client::KvClient<Conn>;
 

@@ -206,7 +206,7 @@ fn role_get(role: &str, perms: &[proto::authpb::Permission]) -> Vec<u8> {
                     out.extend_from_slice(&perm.range_end);
                     out.push(b')');
                 }
-                if crate::command::prefix_end(&perm.key) == perm.range_end {
+                if crate::prefix::prefix_end(&perm.key) == perm.range_end {
                     out.extend_from_slice(b" (prefix ");
                     out.extend_from_slice(&perm.key);
                     out.push(b')');
