@@ -3,7 +3,7 @@
 //! # Layout
 //!
 //! - [`alarm`]: the alarm table (NOSPACE, CORRUPT) and etcd's quota charges.
-//! - [`auth`]: users, roles, permissions and simple tokens, and the Auth service.
+//! - [`auth`]: users, roles, permissions, simple tokens and JWTs (the state; its service is in `service`).
 //! - [`hash`]: `Hash` and `HashKV`, identical on every member at the same revision.
 //! - [`revision`]: `(main, sub)` revisions and their byte encoding.
 //! - [`key_index`]: one key's history as generations (with a worked example of compaction).
@@ -13,17 +13,18 @@
 //!   txns: compares, checks and runs (`txn`).
 //! - [`range`]: Range options applied after the index scan (filters, sort, limit).
 //! - [`validate`]: request checks made before proposing (etcd's gRPC-layer checks and limits).
-//! - [`lease`]: the lease table, the leader's expiry deadlines and the Lease service.
+//! - [`lease`]: the lease table and the leader's expiry deadlines.
 //! - [`command`]: the commands that travel through the log, and their responses.
 //! - [`consensus`]: the [`Consensus`] seam to Raft.
 //! - [`downgrade`]: etcd 3.6's cluster downgrade: validation, the recorded target, the storage version.
 //! - [`error`]: the one error type and its mapping to gRPC statuses.
-//! - [`service`]: the tonic services (KV, Maintenance, Cluster, Lock, Election; Lock and Election run
-//!   etcd's lock and election recipes through the member's own KV and Lease services).
+//! - [`service`]: every tonic service (KV, Watch, Lease, Auth, Maintenance, Cluster, Lock, Election; Lock
+//!   and Election run etcd's lock and election recipes through the member's own KV and Lease services),
+//!   and the request-side auth helpers (`auth_request`).
 //! - [`snapshot`]: etcd's snapshot file (a bbolt database in etcd's layout and its digest), written
 //!   from a store and read back into one; `raft-node`, `kvctl` and `kvutl` share it.
 //! - [`stats`]: counts of ranges, puts, deletes and txns, for etcd's metrics.
-//! - [`watch`]: the Watch service and the [`watch::WatchHub`] the apply path feeds.
+//! - [`watch`]: the [`watch::WatchHub`] the apply path feeds, and one watcher's steps.
 
 pub mod alarm;
 pub mod auth;

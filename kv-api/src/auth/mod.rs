@@ -10,8 +10,9 @@
 //! - [`perm`]: one user's permissions merged over their roles, and etcd's coverage test.
 //! - [`token`]: simple tokens, member-local and in memory.
 //! - [`jwt`]: JSON Web Tokens, signed with keys and checked by any member.
-//! - `request`: a request's credential and caller, and the admin check, for the services.
-//! - [`service`]: the `etcdserverpb.Auth` tonic service.
+//!
+//! The `etcdserverpb.Auth` service and the request-side helpers (a request's credential and caller, the
+//! admin check) are in [`crate::service`].
 //!
 //! # Where requests are checked
 //!
@@ -26,11 +27,7 @@
 mod apply;
 pub mod jwt;
 pub mod perm;
-mod request;
-pub mod service;
 pub mod token;
-
-pub use request::{as_caller, caller, require_admin, token_of, unmapped_status};
 
 use std::collections::{BTreeMap, HashMap};
 

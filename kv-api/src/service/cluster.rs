@@ -25,7 +25,7 @@ impl<C: Consensus> ClusterService<C> {
     /// Membership changes need the root role while auth is enabled (etcd's
     /// `checkMembershipOperationPermission`; its errors mapped as every Cluster error is).
     async fn check_admin<T>(&self, request: &Request<T>) -> Result<(), Status> {
-        Ok(crate::auth::require_admin(&*self.consensus, &self.store, request.metadata()).await?)
+        Ok(crate::service::auth_request::require_admin(&*self.consensus, &self.store, request.metadata()).await?)
     }
 }
 

@@ -7,7 +7,7 @@ use proto::etcdserverpb as pb;
 use tonic::{Request, Response, Status};
 
 use super::{fill_header, ApiConfig};
-use crate::auth::{self, Caller};
+use crate::auth::Caller;
 use crate::command::{Command, CommandResponse};
 use crate::consensus::{Consensus, SharedStore};
 use crate::error::{Error, Result};
@@ -39,11 +39,11 @@ impl<C: Consensus> KvService<C> {
         super::quota::check(&*self.consensus, &self.store, self.config.quota_backend_bytes, &cmd).await?;
         let caller = self.caller(token).await?;
         validate::check_size(encoded_len, &self.config.limits)?;
-        self.consensus.propose(auth::as_caller(caller, cmd)).await
+        self.consensus.propose(crate::service::auth_request::as_caller(caller, cmd)).await
     }
 
     async fn caller(&self, token: Option<&str>) -> Result<Option<Caller>> {
-        auth::caller(&*self.consensus, &self.store, token).await
+        crate::service::auth_request::caller(&*self.consensus, &self.store, token).await
     }
 
     async fn range(&self, token: Option<&str>, req: pb::RangeRequest) -> Result<pb::RangeResponse> {
@@ -142,28 +142,46 @@ fn mismatch(resp: &CommandResponse) -> Error {
 #[tonic::async_trait]
 impl<C: Consensus> pb::kv_server::Kv for KvService<C> {
     async fn range(&self, request: Request<pb::RangeRequest>) -> Result<Response<pb::RangeResponse>, Status> {
-        Ok(Response::new(self.range(auth::token_of(request.metadata()).as_deref(), request.into_inner()).await?))
+        Ok(Response::new(
+            self.range(crate::service::auth_request::token_of(request.metadata()).as_deref(), request.into_inner())
+                .await?,
+        ))
     }
 
     async fn put(&self, request: Request<pb::PutRequest>) -> Result<Response<pb::PutResponse>, Status> {
-        Ok(Response::new(self.put(auth::token_of(request.metadata()).as_deref(), request.into_inner()).await?))
+        Ok(Response::new(
+            self.put(crate::service::auth_request::token_of(request.metadata()).as_deref(), request.into_inner())
+                .await?,
+        ))
     }
 
     async fn delete_range(
         &self,
         request: Request<pb::DeleteRangeRequest>,
     ) -> Result<Response<pb::DeleteRangeResponse>, Status> {
-        Ok(Response::new(self.delete_range(auth::token_of(request.metadata()).as_deref(), request.into_inner()).await?))
+        Ok(Response::new(
+            self.delete_range(
+                crate::service::auth_request::token_of(request.metadata()).as_deref(),
+                request.into_inner(),
+            )
+            .await?,
+        ))
     }
 
     async fn txn(&self, request: Request<pb::TxnRequest>) -> Result<Response<pb::TxnResponse>, Status> {
-        Ok(Response::new(self.txn(auth::token_of(request.metadata()).as_deref(), request.into_inner()).await?))
+        Ok(Response::new(
+            self.txn(crate::service::auth_request::token_of(request.metadata()).as_deref(), request.into_inner())
+                .await?,
+        ))
     }
 
     async fn compact(
         &self,
         request: Request<pb::CompactionRequest>,
     ) -> Result<Response<pb::CompactionResponse>, Status> {
-        Ok(Response::new(self.compact(auth::token_of(request.metadata()).as_deref(), request.into_inner()).await?))
+        Ok(Response::new(
+            self.compact(crate::service::auth_request::token_of(request.metadata()).as_deref(), request.into_inner())
+                .await?,
+        ))
     }
 }

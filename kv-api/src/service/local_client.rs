@@ -25,7 +25,7 @@ use tonic::{Request, Status};
 use super::kv::KvService;
 use crate::consensus::{Consensus, SharedStore};
 use crate::error::Error;
-use crate::lease::service::LeaseService;
+use crate::service::lease::LeaseService;
 use crate::watch::hub::{mod_revision, WatcherKey};
 use crate::watch::{WatchHub, WatchRange};
 

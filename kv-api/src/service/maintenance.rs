@@ -48,9 +48,9 @@ impl<C: Consensus> MaintenanceService<C> {
     /// (and, as etcd 3.5 on, MoveLeader and alarm changes). etcd 3.4 returns these refusals unmapped: code
     /// Unknown, and its auth package's texts.
     async fn check_admin(&self, metadata: &tonic::metadata::MetadataMap) -> Result<(), Status> {
-        crate::auth::require_admin(&*self.consensus, &self.store, metadata)
+        crate::service::auth_request::require_admin(&*self.consensus, &self.store, metadata)
             .await
-            .map_err(|err| crate::auth::unmapped_status(&err))
+            .map_err(|err| crate::service::auth_request::unmapped_status(&err))
     }
 
     /// Runs `f` on the store with everything apply staged committed first, on a blocking thread (hashes

@@ -1,15 +1,20 @@
 //! The tonic services: thin handlers that validate, call the store or consensus, map errors and fill
 //! headers.
 
+pub mod auth;
+pub mod auth_request;
 pub mod cluster;
 pub mod election;
 pub mod kv;
+pub mod lease;
 pub mod limit;
 pub mod local_client;
 pub mod lock;
 pub mod maintenance;
 pub mod quota;
 pub mod snapshot;
+pub mod watch;
+mod watch_stream;
 
 use proto::etcdserverpb as pb;
 

@@ -1,8 +1,8 @@
 //! The MVCC store: every revision of every key, on a [`Backend`], with the key index in memory.
 //!
 //! - this file: the store, its loading, reads at any revision, history, and the commit;
-//! - [`write`]: apply of every command and the writes it stages;
-//! - [`txn`]: compares, the checks before a txn runs, and its runs.
+//! - `write`: apply of every command and the writes it stages;
+//! - `txn`: compares, the checks before a txn runs, and its runs.
 //!
 //! Writes happen only through [`MvccStore::apply`], called by the state machine in log order. Changes are
 //! staged in a batch (readable at once through an overlay) and reach the backend in one atomic

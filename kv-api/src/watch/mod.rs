@@ -1,4 +1,4 @@
-//! etcd's Watch service.
+//! What etcd's Watch service serves (the service and its stream tasks are in [`crate::service`]).
 //!
 //! # Layout
 //!
@@ -6,19 +6,16 @@
 //!   events, and it buffers them per watcher (bounded) and wakes the streams.
 //! - [`watcher`]: one watcher as its stream sees it, and the pure steps from events to responses
 //!   (filters, `prev_kv`, one response per revision, fragments).
-//! - [`stream`]: the task behind one `Watch` stream: requests, catch-up from the store, progress.
-//! - [`service`]: [`WatchService`], the tonic handler that starts a stream task and watches the leader.
+//! - `service::watch_stream`: the task behind one `Watch` stream: requests, catch-up from the store,
+//!   progress; `service::watch`: the tonic handler that starts a stream task and watches the leader.
 
 pub mod hub;
-pub mod service;
-mod stream;
-mod watcher;
+pub(crate) mod watcher;
 
 use std::hash::{BuildHasher, Hasher};
 use std::time::Duration;
 
 pub use hub::{WatchHub, WatchRange};
-pub use service::WatchService;
 
 /// etcd's default `--experimental-watch-progress-notify-interval`.
 pub const DEFAULT_PROGRESS_NOTIFY_INTERVAL: Duration = Duration::from_secs(600);
@@ -51,7 +48,7 @@ impl Default for WatchConfig {
 impl WatchConfig {
     /// The period of one stream's timed progress notifications: the interval (at least 100 ms) plus up to
     /// a tenth of it at random, so that streams opened together do not notify together.
-    fn progress_interval(&self) -> Duration {
+    pub(crate) fn progress_interval(&self) -> Duration {
         let interval = self.progress_notify_interval.max(MIN_PROGRESS_NOTIFY_INTERVAL);
         let tenth = u64::try_from(interval.as_nanos() / 10).unwrap_or(u64::MAX).max(1);
         let random = std::collections::hash_map::RandomState::new().build_hasher().finish();

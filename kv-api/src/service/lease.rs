@@ -13,7 +13,7 @@ use crate::consensus::{Consensus, SharedStore};
 use crate::error::{Error, Result};
 use crate::service::{current_header, fill_header, ApiConfig};
 
-use super::MAX_LEASE_TTL;
+use crate::lease::MAX_LEASE_TTL;
 
 pub struct LeaseService<C> {
     consensus: Arc<C>,
@@ -64,8 +64,8 @@ impl<C: Consensus> LeaseService<C> {
 
     async fn revoke(&self, token: Option<&str>, req: pb::LeaseRevokeRequest) -> Result<pb::LeaseRevokeResponse> {
         // Revoking deletes the lease's keys: apply checks the caller may write every one of them.
-        let caller = crate::auth::caller(&*self.consensus, &self.store, token).await?;
-        match self.propose(crate::auth::as_caller(caller, Command::LeaseRevoke(req))).await? {
+        let caller = crate::service::auth_request::caller(&*self.consensus, &self.store, token).await?;
+        match self.propose(crate::service::auth_request::as_caller(caller, Command::LeaseRevoke(req))).await? {
             CommandResponse::LeaseRevoke(mut resp) => {
                 fill_header(&*self.consensus, &self.store, &mut resp.header);
                 Ok(resp)
@@ -82,7 +82,7 @@ impl<C: Consensus> LeaseService<C> {
         let remaining = self.consensus.lease_time_to_live(req.id).await?;
         // The lease's keys as of now: this member must have applied what the leader has.
         self.consensus.read_barrier().await?;
-        let caller = crate::auth::caller(&*self.consensus, &self.store, token).await?;
+        let caller = crate::service::auth_request::caller(&*self.consensus, &self.store, token).await?;
         let lease = self.store.read().lease(req.id).cloned();
         // As etcd 3.5: with auth on, the caller must be able to read every key on the lease.
         if let (Some(caller), Some(lease)) = (&caller, &lease) {
@@ -123,7 +123,7 @@ impl<C: Consensus> pb::lease_server::Lease for LeaseService<C> {
         &self,
         request: Request<pb::LeaseRevokeRequest>,
     ) -> Result<Response<pb::LeaseRevokeResponse>, Status> {
-        let token = crate::auth::token_of(request.metadata());
+        let token = crate::service::auth_request::token_of(request.metadata());
         Ok(Response::new(self.revoke(token.as_deref(), request.into_inner()).await?))
     }
 
@@ -157,7 +157,7 @@ impl<C: Consensus> pb::lease_server::Lease for LeaseService<C> {
         &self,
         request: Request<pb::LeaseTimeToLiveRequest>,
     ) -> Result<Response<pb::LeaseTimeToLiveResponse>, Status> {
-        let token = crate::auth::token_of(request.metadata());
+        let token = crate::service::auth_request::token_of(request.metadata());
         Ok(Response::new(self.time_to_live(token.as_deref(), request.into_inner()).await?))
     }
 

@@ -20,11 +20,11 @@ use tokio::sync::{mpsc, Notify};
 use tonic::{Status, Streaming};
 use tracing::debug;
 
-use super::hub::{mod_revision, WatchHub, WatchRange, WatcherKey};
-use super::watcher::{by_revision, fill_prev_kv, fragments, truncate_batch, Watcher, CATCH_UP_REVISIONS};
-use super::WatchConfig;
 use crate::consensus::{Consensus, SharedStore};
 use crate::error::Error;
+use crate::watch::hub::{mod_revision, WatchHub, WatchRange, WatcherKey};
+use crate::watch::watcher::{by_revision, fill_prev_kv, fragments, truncate_batch, Watcher, CATCH_UP_REVISIONS};
+use crate::watch::WatchConfig;
 
 /// Bytes of events per catch-up response, beyond which it ends at a revision boundary (etcd has no such
 /// bound, but clients do: the Rust client refuses messages over 4 MiB by default).
@@ -419,7 +419,7 @@ async fn auth_refusal<C: Consensus>(
     token: Option<String>,
     create: &pb::WatchCreateRequest,
 ) -> Option<String> {
-    let checked = match crate::auth::caller(&*consensus, &store, token.as_deref()).await {
+    let checked = match crate::service::auth_request::caller(&*consensus, &store, token.as_deref()).await {
         Ok(Some(caller)) => store.read().auth().check_read(&caller, &create.key, &create.range_end),
         Ok(None) => Ok(()),
         Err(err) => Err(err),

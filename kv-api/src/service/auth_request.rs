@@ -1,7 +1,7 @@
 //! The request side of auth, for the services: a request's credential (token, or client certificate
 //! name), its caller, the admin check, and commands wrapped for apply's check.
 
-use super::{Caller, CERT_COMMON_NAME_METADATA, CERT_USER_PREFIX, TOKEN_METADATA, TOKEN_METADATA_GATEWAY};
+use crate::auth::{Caller, CERT_COMMON_NAME_METADATA, CERT_USER_PREFIX, TOKEN_METADATA, TOKEN_METADATA_GATEWAY};
 use crate::command::Command;
 use crate::consensus::{Consensus, SharedStore};
 use crate::error::{Error, Result};

@@ -1,4 +1,4 @@
-//! `etcdserverpb.Watch`: each call opens a stream served by its own task (see [`super::stream`]).
+//! `etcdserverpb.Watch`: each call opens a stream served by its own task (see `watch_stream`).
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -8,10 +8,10 @@ use tokio::sync::mpsc;
 use tokio_stream::wrappers::ReceiverStream;
 use tonic::{Request, Response, Status, Streaming};
 
-use super::stream::{EndFuture, WatchStream};
-use super::{WatchConfig, WatchHub};
+use super::watch_stream::{EndFuture, WatchStream};
 use crate::consensus::{Consensus, SharedStore};
 use crate::error::Error;
+use crate::watch::{WatchConfig, WatchHub};
 
 /// etcd's gRPC metadata asking that the stream fail when the member has no leader.
 const REQUIRE_LEADER_KEY: &str = "hasleader";
@@ -85,7 +85,7 @@ impl<C: Consensus> pb::watch_server::Watch for WatchService<C> {
         if require_leader && !self.consensus.has_leader() {
             return Err(Error::NoLeader.into());
         }
-        let token = crate::auth::token_of(request.metadata());
+        let token = crate::service::auth_request::token_of(request.metadata());
         let (tx, rx) = mpsc::channel(OUTBOUND_QUEUE);
         let stream = WatchStream::new(
             self.consensus.clone(),

@@ -9,8 +9,9 @@ use base64::Engine;
 use proto::etcdserverpb as pb;
 use tonic::{Request, Response, Status};
 
-use super::token::TokenTable;
-use super::{as_caller, caller, no_password, token_of, AuthCommand, AuthOutcome, Caller};
+use super::auth_request::{as_caller, caller, token_of};
+use crate::auth::token::TokenTable;
+use crate::auth::{no_password, AuthCommand, AuthOutcome, Caller};
 use crate::command::{Command, CommandResponse};
 use crate::consensus::{Consensus, SharedStore};
 use crate::error::{Error, Result};
