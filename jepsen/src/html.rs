@@ -10,7 +10,7 @@ use std::path::Path;
 
 use crate::checker::Validity;
 use crate::error::{Error, Result};
-use crate::report::Summary;
+use crate::summary::Summary;
 
 /// The most anomalies listed per checker; `summary.json` has them all.
 const MAX_ANOMALIES: usize = 100;
@@ -237,7 +237,7 @@ mod tests {
     use crate::checker::{Anomaly, AnomalyKind, CheckResult};
     use crate::nemesis::NemesisEvent;
     use crate::options::{FaultKind, TestOptions};
-    use crate::report::OpCounts;
+    use crate::summary::OpCounts;
 
     fn summary() -> Summary {
         let opts = TestOptions::parse(&["--nemesis", "partition-leader,kill-one"]).expect("valid flags");

@@ -74,6 +74,7 @@ pub mod proxy;
 pub mod recorder;
 pub mod report;
 pub mod run;
+pub mod summary;
 pub mod truncation;
 pub mod workload;
 

@@ -13,12 +13,7 @@ use tonic::transport::Channel;
 
 use crate::client;
 use crate::error::{Error, Result};
-use crate::net::Host;
-
-/// Every member serves clients on this port of its own address.
-pub const CLIENT_PORT: u16 = 2379;
-/// Every member talks to its peers on this port of its own address.
-pub const PEER_PORT: u16 = 2380;
+use crate::net::{Host, CLIENT_PORT, PEER_PORT};
 
 /// A member of the cluster under test. The process is killed when this is dropped.
 pub struct Member {

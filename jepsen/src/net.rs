@@ -61,20 +61,17 @@ use tokio::io::AsyncWriteExt;
 use tokio::process::Command;
 
 use crate::error::{Error, Result};
-use crate::member::{CLIENT_PORT, PEER_PORT};
-use crate::options::{FaultKind, TestOptions};
+use crate::options::{FaultKind, TestOptions, DEFAULT_DELAY_MS, DEFAULT_JITTER_MS, DEFAULT_LOSS_PERCENT};
 use crate::proxy::{Delay, Proxy};
 
 /// The nft table the harness owns.
 const TABLE: &str = "inet jepsen";
 /// Where clients (the harness's workers and probes) connect from.
 const CLIENT_IP: Ipv4Addr = Ipv4Addr::LOCALHOST;
-/// `--delay-ms` unless given.
-pub const DEFAULT_DELAY_MS: u64 = 50;
-/// `--delay-jitter-ms` unless given.
-pub const DEFAULT_JITTER_MS: u64 = 10;
-/// `--loss-percent` unless given.
-pub const DEFAULT_LOSS_PERCENT: u8 = 20;
+/// Every member serves clients on this port of its own address.
+pub const CLIENT_PORT: u16 = 2379;
+/// Every member talks to its peers on this port of its own address.
+pub const PEER_PORT: u16 = 2380;
 
 /// Who a member is on the network: its address and the user id its process runs as.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

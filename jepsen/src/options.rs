@@ -7,6 +7,13 @@ use clap::{Args, ValueEnum};
 use serde::Serialize;
 
 /// The server implementation under test.
+/// `--delay-ms` unless given.
+pub const DEFAULT_DELAY_MS: u64 = 50;
+/// `--delay-jitter-ms` unless given.
+pub const DEFAULT_JITTER_MS: u64 = 10;
+/// `--loss-percent` unless given.
+pub const DEFAULT_LOSS_PERCENT: u8 = 20;
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum, Serialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum Target {
@@ -189,15 +196,15 @@ pub struct TestOptions {
     pub snapshot_count: Option<u64>,
 
     /// delay: milliseconds added to each direction of a delayed peer link
-    #[arg(long, default_value_t = crate::net::DEFAULT_DELAY_MS)]
+    #[arg(long, default_value_t = DEFAULT_DELAY_MS)]
     pub delay_ms: u64,
 
     /// delay: the added latency varies by up to this many milliseconds either way
-    #[arg(long, default_value_t = crate::net::DEFAULT_JITTER_MS)]
+    #[arg(long, default_value_t = DEFAULT_JITTER_MS)]
     pub delay_jitter_ms: u64,
 
     /// loss: the share of peer packets dropped, in percent
-    #[arg(long, default_value_t = crate::net::DEFAULT_LOSS_PERCENT, value_parser = percent)]
+    #[arg(long, default_value_t = DEFAULT_LOSS_PERCENT, value_parser = percent)]
     pub loss_percent: u8,
 
     /// register: how many ops go to one key before the workers move on to a fresh key

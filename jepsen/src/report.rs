@@ -20,54 +20,14 @@ use std::panic::{self, AssertUnwindSafe};
 use std::path::{Path, PathBuf};
 use std::time::{SystemTime, UNIX_EPOCH};
 
-use serde::Serialize;
 use tracing::warn;
 
-use crate::checker::{CheckResult, Validity};
 use crate::error::{Error, Result};
-use crate::history::{self, Op, OpType};
+use crate::history::{self, Op};
 use crate::html;
-use crate::nemesis::NemesisEvent;
 use crate::options::TestOptions;
 use crate::plot::{self, Plot, Sample};
-
-/// How many ops ended which way.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
-pub struct OpCounts {
-    pub invoked: usize,
-    pub ok: usize,
-    pub fail: usize,
-    pub info: usize,
-}
-
-impl OpCounts {
-    pub fn of<P>(ops: &[Op<P>]) -> OpCounts {
-        let mut counts = OpCounts::default();
-        for op in ops {
-            match op.kind {
-                OpType::Invoke => counts.invoked += 1,
-                OpType::Ok => counts.ok += 1,
-                OpType::Fail => counts.fail += 1,
-                OpType::Info => counts.info += 1,
-            }
-        }
-        counts
-    }
-}
-
-/// Everything `summary.json` holds.
-#[derive(Debug, Clone, Serialize)]
-pub struct Summary {
-    pub run: String,
-    pub valid: Validity,
-    pub options: TestOptions,
-    pub ops: OpCounts,
-    pub results: Vec<CheckResult>,
-    /// What a reader must know to judge the verdict (checks that were skipped and why).
-    pub notes: Vec<String>,
-    pub faults: Vec<NemesisEvent>,
-    pub duration_secs: f64,
-}
+use crate::summary::Summary;
 
 /// Creates `<store>/<run name>-<unix time>` (world-readable, so members under other user ids can
 /// reach their directories inside it).
@@ -194,8 +154,11 @@ pub fn render(summary: &Summary) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::history::TestKv as Kv;
+    use crate::checker::{CheckResult, Validity};
+    use crate::history::{OpType, TestKv as Kv};
+    use crate::nemesis::NemesisEvent;
     use crate::options::FaultKind;
+    use crate::summary::OpCounts;
 
     const MS: u64 = 1_000_000;
 

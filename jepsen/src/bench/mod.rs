@@ -34,7 +34,8 @@ use self::workload::{Setup, RANGE_KEY, VALUE_SIZE};
 use crate::client;
 use crate::cluster::Cluster;
 use crate::error::{Error, Result};
-use crate::member::{Member, CLIENT_PORT};
+use crate::member::Member;
+use crate::net::CLIENT_PORT;
 use crate::netns;
 use crate::options::{FaultKind, Target, TestOptions};
 
