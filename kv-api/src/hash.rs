@@ -28,6 +28,8 @@ pub struct KvHash {
     /// The store's revision when the hash was taken (etcd's header revision).
     pub current_revision: i64,
     pub compact_revision: i64,
+    /// The revision the hash covers up to (`rev`, or the current revision for 0).
+    pub hash_revision: i64,
 }
 
 /// etcd's `HashByRev(rev)`; `rev` 0 means the current revision.
@@ -58,7 +60,7 @@ pub fn hash_kv(store: &MvccStore, rev: i64) -> Result<KvHash> {
         crc.update(value);
         true
     })?;
-    Ok(KvHash { hash: crc.finish(), current_revision: current, compact_revision: compacted })
+    Ok(KvHash { hash: crc.finish(), current_revision: current, compact_revision: compacted, hash_revision: rev })
 }
 
 /// etcd's `Hash`: the whole content the log decides (see the module doc); also returns the current

@@ -5,6 +5,7 @@
 //!
 //! # Layout
 //!
+//! - [`dialect`]: etcdctl 3.6's output (the default) or 3.4's (`KVCTL_ETCDCTL_VERSION=3.4`) where they differ.
 //! - [`args`]: clap parsing with cobra's edges (Go bool values, cobra's error texts and exit codes).
 //! - [`global`]: etcdctl's global flags (`--endpoints`, timeouts, keepalive, `-w`, `--hex`, TLS,
 //!   `--user`), each also read from `ETCDCTL_<FLAG>`, and dialing.
@@ -26,6 +27,7 @@ pub mod args;
 pub mod auth;
 pub mod command;
 pub mod concurrency;
+pub mod dialect;
 pub mod error;
 pub mod global;
 pub mod prefix;

@@ -83,7 +83,7 @@ async fn environment_variables_are_read_like_etcdctl() {
     assert!(put.status.success(), "put: {put:?}");
     let env_run = |program: &str, env: &[(&str, String)], args: &[&str]| {
         let mut command = Command::new(program);
-        command.env("ETCDCTL_API", "3").env_remove("ETCDCTL_ENDPOINTS").args(args);
+        command.env("ETCDCTL_API", "3").env("KVCTL_ETCDCTL_VERSION", "3.4").env_remove("ETCDCTL_ENDPOINTS").args(args);
         for (name, value) in env {
             command.env(name, value);
         }

@@ -140,6 +140,7 @@ impl Side<'_> {
         let endpoint = self.server.endpoint();
         let mut child = Command::new(self.program)
             .env("ETCDCTL_API", "3")
+            .env("KVCTL_ETCDCTL_VERSION", "3.4")
             .env_remove("ETCDCTL_ENDPOINTS")
             .arg(format!("--endpoints={endpoint}"))
             .args(&args)

@@ -116,7 +116,11 @@ impl Run<'_> {
         let words = words(&line);
         assert_eq!(words.first().map(String::as_str), Some("etcdctl"), "walkthrough step {line:?}");
         let mut command = Command::new(self.program);
-        command.env("ETCDCTL_API", "3").env_remove("ETCDCTL_ENDPOINTS").args(&words[1..]);
+        command
+            .env("ETCDCTL_API", "3")
+            .env("KVCTL_ETCDCTL_VERSION", "3.4")
+            .env_remove("ETCDCTL_ENDPOINTS")
+            .args(&words[1..]);
         // Without `--endpoints` the README's commands go to the default, the first member.
         // (etcdctl refuses the variable and the flag together.)
         if !words.iter().any(|w| w.starts_with("--endpoints")) {

@@ -53,16 +53,16 @@ impl Format {
     }
 
     pub fn hash_kv(self, hash: &KvHash) -> Result<String, CliError> {
-        let KvHash { hash, current_revision, compact_revision } = hash;
+        let KvHash { hash, hash_revision, compact_revision, .. } = hash;
         Ok(match self {
-            Format::Json => format!(
-                "{{\"hash\":{hash},\"hashRevision\":{current_revision},\"compactRevision\":{compact_revision}}}\n"
-            ),
+            Format::Json => {
+                format!("{{\"hash\":{hash},\"hashRevision\":{hash_revision},\"compactRevision\":{compact_revision}}}\n")
+            }
             Format::Fields => format!(
-                "\"Hash\" : {hash}\n\"Hash revision\" : {current_revision}\n\"Compact revision\" : {compact_revision}\n"
+                "\"Hash\" : {hash}\n\"Hash revision\" : {hash_revision}\n\"Compact revision\" : {compact_revision}\n"
             ),
             Format::Simple | Format::Table => {
-                let row = vec![hash.to_string(), current_revision.to_string(), compact_revision.to_string()];
+                let row = vec![hash.to_string(), hash_revision.to_string(), compact_revision.to_string()];
                 self.rows((vec!["hash", "hash revision", "compact revision"], vec![row]))
             }
         })
@@ -118,7 +118,7 @@ mod tests {
 
     #[test]
     fn hashkv_prints_as_etcdutl() {
-        let hash = KvHash { hash: 42, current_revision: 9, compact_revision: 3 };
+        let hash = KvHash { hash: 42, current_revision: 12, compact_revision: 3, hash_revision: 9 };
         assert_eq!(Format::Simple.hash_kv(&hash).expect("prints"), "42, 9, 3\n");
         assert_eq!(
             Format::Json.hash_kv(&hash).expect("prints"),

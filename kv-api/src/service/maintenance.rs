@@ -147,7 +147,12 @@ impl<C: Consensus> pb::maintenance_server::Maintenance for MaintenanceService<C>
         let kv = self.committed(move |store| hash::hash_kv(store, revision)).await?;
         let mut header = Some(pb::ResponseHeader { revision: kv.current_revision, ..Default::default() });
         fill_header(&*self.consensus, &self.store, &mut header);
-        Ok(Response::new(pb::HashKvResponse { header, hash: kv.hash, compact_revision: kv.compact_revision }))
+        Ok(Response::new(pb::HashKvResponse {
+            header,
+            hash: kv.hash,
+            compact_revision: kv.compact_revision,
+            hash_revision: kv.hash_revision,
+        }))
     }
 
     type SnapshotStream = SnapshotStream;

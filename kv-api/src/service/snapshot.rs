@@ -46,8 +46,9 @@ pub fn stream(snapshot: SnapshotFile) -> SnapshotStream {
         };
         let mut blob = vec![0; len as usize];
         file.read_exact(&mut blob).await.map_err(|e| Status::from(Error::Internal(format!("snapshot: {e}"))))?;
-        // etcd 3.4 sends no header in snapshot responses.
-        Ok(Some((pb::SnapshotResponse { header: None, remaining_bytes, blob }, (file, sent + len))))
+        // etcd 3.4 sends no header in snapshot responses; 3.6 names its storage version in each.
+        let version = crate::snapshot::etcd::OUR_STORAGE_VERSION.to_string();
+        Ok(Some((pb::SnapshotResponse { header: None, remaining_bytes, blob, version }, (file, sent + len))))
     }))
 }
 

@@ -32,12 +32,20 @@ impl DefragCommand {
         let mut stdout = String::new();
         let mut failed = false;
         for endpoint in endpoints(global, self.scope).await? {
+            let started = std::time::Instant::now();
             let result = on_endpoint(global, &endpoint, |conn| async move {
                 pb::maintenance_client::MaintenanceClient::new(conn).defragment(pb::DefragmentRequest {}).await
             })
             .await;
             match result {
-                Ok(_) => stdout.push_str(&format!("Finished defragmenting etcd member[{endpoint}]\n")),
+                Ok(_) => stdout.push_str(&match crate::dialect::Dialect::current() {
+                    crate::dialect::Dialect::V3_4 => format!("Finished defragmenting etcd member[{endpoint}]\n"),
+                    // etcdctl 3.6 says how long it took, as Go prints a duration.
+                    crate::dialect::Dialect::V3_6 => format!(
+                        "Finished defragmenting etcd member[{endpoint}]. took {}\n",
+                        crate::printer::simple::go_duration(started.elapsed())
+                    ),
+                }),
                 Err(err) => {
                     eprintln!("Failed to defragment etcd member[{endpoint}] ({})", err.message);
                     failed = true;

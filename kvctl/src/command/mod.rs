@@ -102,6 +102,7 @@ impl Cli {
     /// Runs the command and returns what goes to stdout.
     pub async fn run(&self) -> Result<Vec<u8>, CliError> {
         let global = &self.global;
+        crate::dialect::Dialect::from_env()?;
         global.validate()?;
         let text = match &self.command {
             Command::Auth(cmd) => return cmd.run(global).await,

@@ -52,8 +52,14 @@ impl SnapshotCommand {
         match self {
             SnapshotCommand::Save { args } => {
                 let path = save_path(args)?;
-                save(global, path).await.map_err(|e| CliError::new(EXIT_INTERRUPTED, e.message))?;
-                Ok(format!("Snapshot saved at {path}\n"))
+                let version = save(global, path).await.map_err(|e| CliError::new(EXIT_INTERRUPTED, e.message))?;
+                // etcdctl 3.6 also names the server's storage version, when the server sent one.
+                Ok(match crate::dialect::Dialect::current() {
+                    crate::dialect::Dialect::V3_6 if !version.is_empty() => {
+                        format!("Snapshot saved at {path}\nServer version {version}\n")
+                    }
+                    _ => format!("Snapshot saved at {path}\n"),
+                })
             }
             SnapshotCommand::Restore { args, flags } => restore::run(args, flags).await,
             SnapshotCommand::Status { args } => status::run(args, global.write_out).await,
@@ -68,7 +74,8 @@ fn save_path(args: &[String]) -> Result<&str, CliError> {
     }
 }
 
-async fn save(global: &GlobalFlags, path: &str) -> Result<(), CliError> {
+/// Saves the snapshot; returns the storage version the server named in its first message (etcd 3.6).
+async fn save(global: &GlobalFlags, path: &str) -> Result<String, CliError> {
     if global.endpoints.len() != 1 {
         return Err(CliError::new(
             EXIT_INTERRUPTED,
@@ -84,14 +91,16 @@ async fn save(global: &GlobalFlags, path: &str) -> Result<(), CliError> {
     result
 }
 
-async fn save_through(global: &GlobalFlags, path: &str, part: &str) -> Result<(), CliError> {
+async fn save_through(global: &GlobalFlags, path: &str, part: &str) -> Result<String, CliError> {
     let mut file = create_private(part)
         .await
         .map_err(|e| failure(format!("could not open {part} (open {part}: {})", go_io_error(&e))))?;
     let mut client = pb::maintenance_client::MaintenanceClient::new(global.connect().await?);
     let mut stream = client.snapshot(pb::SnapshotRequest {}).await?.into_inner();
     let mut size = 0u64;
+    let mut version = None;
     while let Some(chunk) = stream.message().await? {
+        version.get_or_insert_with(|| chunk.version.clone());
         file.write_all(&chunk.blob).await.map_err(|e| failure(format!("write {part}: {}", go_io_error(&e))))?;
         size += chunk.blob.len() as u64;
     }
@@ -100,9 +109,10 @@ async fn save_through(global: &GlobalFlags, path: &str, part: &str) -> Result<()
     }
     file.sync_all().await.map_err(|e| failure(format!("sync {part}: {}", go_io_error(&e))))?;
     drop(file);
-    fs::rename(part, path)
-        .await
-        .map_err(|e| failure(format!("could not rename {part} to {path} (rename {part} {path}: {})", go_io_error(&e))))
+    fs::rename(part, path).await.map_err(|e| {
+        failure(format!("could not rename {part} to {path} (rename {part} {path}: {})", go_io_error(&e)))
+    })?;
+    Ok(version.unwrap_or_default())
 }
 
 /// `<file>.part` with Go's `O_WRONLY|O_CREATE|O_TRUNC` and etcd's private file mode (0600).

@@ -6,6 +6,8 @@ use std::fmt::Write;
 use proto::etcdserverpb as pb;
 use proto::mvccpb;
 
+use crate::dialect::Dialect;
+
 pub fn get(resp: &pb::RangeResponse) -> String {
     let mut out = header(resp.header.as_ref());
     for kv in &resp.kvs {
@@ -50,12 +52,20 @@ pub fn member_list(resp: &pb::MemberListResponse) -> String {
     out
 }
 
-pub fn endpoint_status(statuses: &[(String, pb::StatusResponse)]) -> String {
+pub fn endpoint_status(statuses: &[(String, pb::StatusResponse)], dialect: Dialect) -> String {
+    let v36 = dialect == Dialect::V3_6;
     let mut out = String::new();
     for (endpoint, s) in statuses {
         out.push_str(&header(s.header.as_ref()));
         let _ = writeln!(out, "\"Version\" : {}", go_quote(s.version.as_bytes()));
+        if v36 {
+            let _ = writeln!(out, "\"StorageVersion\" : {}", go_quote(s.storage_version.as_bytes()));
+        }
         let _ = writeln!(out, "\"DBSize\" : {}", s.db_size);
+        if v36 {
+            let _ = writeln!(out, "\"DBSizeInUse\" : {}", s.db_size_in_use);
+            let _ = writeln!(out, "\"DBSizeQuota\" : {}", s.db_size_quota);
+        }
         let _ = writeln!(out, "\"Leader\" : {}", s.leader);
         let _ = writeln!(out, "\"IsLearner\" : {}", s.is_learner);
         let _ = writeln!(out, "\"RaftIndex\" : {}", s.raft_index);
@@ -64,17 +74,26 @@ pub fn endpoint_status(statuses: &[(String, pb::StatusResponse)]) -> String {
         // Go's fmt.Println of a []string: `[a b]`.
         let _ = writeln!(out, "\"Errors\" : [{}]", s.errors.join(" "));
         let _ = writeln!(out, "\"Endpoint\" : {}", go_quote(endpoint.as_bytes()));
+        if v36 {
+            let downgrade = s.downgrade_info.as_ref();
+            let target = downgrade.map(|d| d.target_version.clone()).unwrap_or_default();
+            let _ = writeln!(out, "\"DowngradeTargetVersion\" : {}", go_quote(target.as_bytes()));
+            let _ = writeln!(out, "\"DowngradeEnabled\" : {}", downgrade.is_some_and(|d| d.enabled));
+        }
         out.push('\n');
     }
     out
 }
 
-pub fn endpoint_hashkv(hashes: &[(String, pb::HashKvResponse)]) -> String {
+pub fn endpoint_hashkv(hashes: &[(String, pb::HashKvResponse)], dialect: Dialect) -> String {
     let mut out = String::new();
     for (endpoint, h) in hashes {
         out.push_str(&header(h.header.as_ref()));
         let _ = writeln!(out, "\"Endpoint\" : {}", go_quote(endpoint.as_bytes()));
         let _ = writeln!(out, "\"Hash\" : {}", h.hash);
+        if dialect == Dialect::V3_6 {
+            let _ = writeln!(out, "\"HashRevision\" : {}", h.hash_revision);
+        }
         out.push('\n');
     }
     out

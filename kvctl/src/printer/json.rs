@@ -10,6 +10,8 @@ use base64::Engine;
 use proto::etcdserverpb as pb;
 use proto::mvccpb;
 
+use crate::dialect::Dialect;
+
 pub fn range(resp: &pb::RangeResponse) -> String {
     let mut obj = Object::default();
     header(&mut obj, resp.header.as_ref());
@@ -44,7 +46,7 @@ pub fn member_list(resp: &pb::MemberListResponse) -> String {
 }
 
 /// `endpoint status`: etcdctl marshals a list of `{Endpoint, Status}` pairs.
-pub fn endpoint_status(statuses: &[(String, pb::StatusResponse)]) -> String {
+pub fn endpoint_status(statuses: &[(String, pb::StatusResponse)], dialect: Dialect) -> String {
     let items = statuses
         .iter()
         .map(|(endpoint, s)| {
@@ -59,6 +61,16 @@ pub fn endpoint_status(statuses: &[(String, pb::StatusResponse)]) -> String {
             status.strings("errors", &s.errors);
             status.int("dbSizeInUse", s.db_size_in_use);
             status.bool("isLearner", s.is_learner);
+            if dialect == Dialect::V3_6 {
+                status.string("storageVersion", &s.storage_version);
+                status.int("dbSizeQuota", s.db_size_quota);
+                if let Some(downgrade) = &s.downgrade_info {
+                    let mut info = Object::default();
+                    info.string("targetVersion", &downgrade.target_version);
+                    info.bool("enabled", downgrade.enabled);
+                    status.raw("downgradeInfo", info.finish());
+                }
+            }
             format!("{{\"Endpoint\":{},\"Status\":{}}}", go_string(endpoint), status.finish())
         })
         .collect::<Vec<_>>();
@@ -66,7 +78,7 @@ pub fn endpoint_status(statuses: &[(String, pb::StatusResponse)]) -> String {
 }
 
 /// `endpoint hashkv`: a list of `{Endpoint, HashKV}` pairs.
-pub fn endpoint_hashkv(hashes: &[(String, pb::HashKvResponse)]) -> String {
+pub fn endpoint_hashkv(hashes: &[(String, pb::HashKvResponse)], dialect: Dialect) -> String {
     let items = hashes
         .iter()
         .map(|(endpoint, h)| {
@@ -74,6 +86,9 @@ pub fn endpoint_hashkv(hashes: &[(String, pb::HashKvResponse)]) -> String {
             header(&mut hash, h.header.as_ref());
             hash.uint("hash", u64::from(h.hash));
             hash.int("compact_revision", h.compact_revision);
+            if dialect == Dialect::V3_6 {
+                hash.int("hash_revision", h.hash_revision);
+            }
             format!("{{\"Endpoint\":{},\"HashKV\":{}}}", go_string(endpoint), hash.finish())
         })
         .collect::<Vec<_>>();

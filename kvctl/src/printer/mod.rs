@@ -8,6 +8,7 @@ pub mod table;
 
 use proto::etcdserverpb as pb;
 
+use crate::dialect::Dialect;
 use crate::error::CliError;
 use crate::global::WriteOut;
 
@@ -177,20 +178,20 @@ impl Printer {
 
     pub fn endpoint_status(&self, statuses: &[(String, pb::StatusResponse)]) -> Result<String, CliError> {
         match self.format {
-            WriteOut::Simple => Ok(table::simple(&table::endpoint_status(statuses))),
-            WriteOut::Json => Ok(json::endpoint_status(statuses)),
-            WriteOut::Fields => Ok(fields::endpoint_status(statuses)),
-            WriteOut::Table => Ok(table::render(&table::endpoint_status(statuses))),
+            WriteOut::Simple => Ok(table::simple(&table::endpoint_status(statuses, Dialect::current()))),
+            WriteOut::Json => Ok(json::endpoint_status(statuses, Dialect::current())),
+            WriteOut::Fields => Ok(fields::endpoint_status(statuses, Dialect::current())),
+            WriteOut::Table => Ok(table::render(&table::endpoint_status(statuses, Dialect::current()))),
             WriteOut::Protobuf => Err(unsupported(self.format)),
         }
     }
 
     pub fn endpoint_hashkv(&self, hashes: &[(String, pb::HashKvResponse)]) -> Result<String, CliError> {
         match self.format {
-            WriteOut::Simple => Ok(table::simple(&table::endpoint_hashkv(hashes))),
-            WriteOut::Json => Ok(json::endpoint_hashkv(hashes)),
-            WriteOut::Fields => Ok(fields::endpoint_hashkv(hashes)),
-            WriteOut::Table => Ok(table::render(&table::endpoint_hashkv(hashes))),
+            WriteOut::Simple => Ok(table::simple(&table::endpoint_hashkv(hashes, Dialect::current()))),
+            WriteOut::Json => Ok(json::endpoint_hashkv(hashes, Dialect::current())),
+            WriteOut::Fields => Ok(fields::endpoint_hashkv(hashes, Dialect::current())),
+            WriteOut::Table => Ok(table::render(&table::endpoint_hashkv(hashes, Dialect::current()))),
             WriteOut::Protobuf => Err(unsupported(self.format)),
         }
     }

@@ -7,6 +7,7 @@
 use proto::etcdserverpb as pb;
 
 use super::simple::humanize_bytes;
+use crate::dialect::Dialect;
 
 pub type Table = (Vec<&'static str>, Vec<Vec<String>>);
 
@@ -29,7 +30,10 @@ pub fn member_list(resp: &pb::MemberListResponse) -> Table {
     (header, rows)
 }
 
-pub fn endpoint_status(statuses: &[(String, pb::StatusResponse)]) -> Table {
+pub fn endpoint_status(statuses: &[(String, pb::StatusResponse)], dialect: Dialect) -> Table {
+    if dialect == Dialect::V3_6 {
+        return endpoint_status_36(statuses);
+    }
     let header = vec![
         "endpoint",
         "ID",
@@ -63,7 +67,66 @@ pub fn endpoint_status(statuses: &[(String, pb::StatusResponse)]) -> Table {
     (header, rows)
 }
 
-pub fn endpoint_hashkv(hashes: &[(String, pb::HashKvResponse)]) -> Table {
+/// etcdctl 3.6's columns: the storage version, the size in use and the share not in use, the quota, the
+/// downgrade target and state.
+fn endpoint_status_36(statuses: &[(String, pb::StatusResponse)]) -> Table {
+    let header = vec![
+        "endpoint",
+        "ID",
+        "version",
+        "storage version",
+        "db size",
+        "in use",
+        "percentage not in use",
+        "quota",
+        "is leader",
+        "is learner",
+        "raft term",
+        "raft index",
+        "raft applied index",
+        "errors",
+        "downgrade target version",
+        "downgrade enabled",
+    ];
+    let rows = statuses
+        .iter()
+        .map(|(endpoint, s)| {
+            let member_id = s.header.as_ref().map_or(0, |h| h.member_id);
+            let bytes = |n: i64| humanize_bytes(u64::try_from(n).unwrap_or(0));
+            // Go: int(float64(100 - inUse*100/size)), integer division first.
+            let not_in_use = if s.db_size > 0 { 100 - s.db_size_in_use * 100 / s.db_size } else { 0 };
+            let downgrade = s.downgrade_info.as_ref();
+            vec![
+                endpoint.clone(),
+                format!("{member_id:x}"),
+                s.version.clone(),
+                s.storage_version.clone(),
+                bytes(s.db_size),
+                bytes(s.db_size_in_use),
+                format!("{not_in_use}%"),
+                bytes(s.db_size_quota),
+                (s.leader == member_id).to_string(),
+                s.is_learner.to_string(),
+                s.raft_term.to_string(),
+                s.raft_index.to_string(),
+                s.raft_applied_index.to_string(),
+                s.errors.join(", "),
+                downgrade.map(|d| d.target_version.clone()).unwrap_or_default(),
+                downgrade.is_some_and(|d| d.enabled).to_string(),
+            ]
+        })
+        .collect();
+    (header, rows)
+}
+
+pub fn endpoint_hashkv(hashes: &[(String, pb::HashKvResponse)], dialect: Dialect) -> Table {
+    if dialect == Dialect::V3_6 {
+        let rows = hashes
+            .iter()
+            .map(|(endpoint, h)| vec![endpoint.clone(), h.hash.to_string(), h.hash_revision.to_string()])
+            .collect();
+        return (vec!["endpoint", "hash", "hash_revision"], rows);
+    }
     let rows = hashes.iter().map(|(endpoint, h)| vec![endpoint.clone(), h.hash.to_string()]).collect();
     (vec!["endpoint", "hash"], rows)
 }
@@ -131,5 +194,61 @@ mod tests {
             render(&empty),
             "+----------+------+\n| ENDPOINT | HASH |\n+----------+------+\n+----------+------+\n"
         );
+    }
+
+    fn status() -> (String, pb::StatusResponse) {
+        let header = pb::ResponseHeader { member_id: 0x8e9e_05c5_2164_694d, raft_term: 2, ..Default::default() };
+        let status = pb::StatusResponse {
+            header: Some(header),
+            version: "3.6.14".into(),
+            storage_version: "3.6.0".into(),
+            db_size: 20480,
+            db_size_in_use: 16384,
+            db_size_quota: 2_147_483_648,
+            leader: 0x8e9e_05c5_2164_694d,
+            raft_term: 2,
+            raft_index: 9,
+            raft_applied_index: 9,
+            downgrade_info: Some(pb::DowngradeInfo::default()),
+            ..Default::default()
+        };
+        ("127.0.0.1:2379".into(), status)
+    }
+
+    #[test]
+    fn endpoint_status_has_etcdctl_36s_columns_or_34s() {
+        let statuses = [status()];
+        assert_eq!(
+            simple(&endpoint_status(&statuses, Dialect::V3_6)),
+            "127.0.0.1:2379, 8e9e05c52164694d, 3.6.14, 3.6.0, 20 kB, 16 kB, 20%, 2.1 GB, true, false, 2, 9, 9, , , false\n"
+        );
+        assert_eq!(
+            simple(&endpoint_status(&statuses, Dialect::V3_4)),
+            "127.0.0.1:2379, 8e9e05c52164694d, 3.6.14, 20 kB, true, false, 2, 9, 9, \n"
+        );
+        let header = render(&endpoint_status(&statuses, Dialect::V3_6));
+        let header = header.lines().nth(1).expect("a header line");
+        for column in [
+            "STORAGE VERSION",
+            "IN USE",
+            "PERCENTAGE NOT IN USE",
+            "QUOTA",
+            "DOWNGRADE TARGET VERSION",
+            "DOWNGRADE ENABLED",
+        ] {
+            assert!(header.contains(column), "{header}");
+        }
+        let hash = pb::HashKvResponse { hash: 7, hash_revision: 12, compact_revision: 3, ..Default::default() };
+        let hashes = [("127.0.0.1:2379".to_string(), hash)];
+        assert_eq!(simple(&endpoint_hashkv(&hashes, Dialect::V3_6)), "127.0.0.1:2379, 7, 12\n");
+        assert_eq!(simple(&endpoint_hashkv(&hashes, Dialect::V3_4)), "127.0.0.1:2379, 7\n");
+        let json = super::super::json::endpoint_status(&statuses, Dialect::V3_6);
+        assert!(
+            json.contains(",\"storageVersion\":\"3.6.0\",\"dbSizeQuota\":2147483648,\"downgradeInfo\":{}}"),
+            "{json}"
+        );
+        let fields = super::super::fields::endpoint_status(&statuses, Dialect::V3_6);
+        assert!(fields.contains("\"StorageVersion\" : \"3.6.0\"\n\"DBSize\" : 20480\n\"DBSizeInUse\" : 16384\n\"DBSizeQuota\" : 2147483648\n"), "{fields}");
+        assert!(fields.ends_with("\"DowngradeTargetVersion\" : \"\"\n\"DowngradeEnabled\" : false\n\n"), "{fields}");
     }
 }

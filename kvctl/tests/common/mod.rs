@@ -97,7 +97,13 @@ impl Server {
 /// Runs `program --endpoints=<endpoint> <args>` (etcdctl's v3 API, no endpoints from the env).
 pub fn run(program: &str, endpoint: &str, args: &[&str], stdin: Option<&str>) -> Output {
     let mut command = Command::new(program);
-    command.env("ETCDCTL_API", "3").env_remove("ETCDCTL_ENDPOINTS").arg(format!("--endpoints={endpoint}")).args(args);
+    // kvctl speaks etcdctl 3.4 here: the reference is Debian's etcdctl 3.4.23.
+    command
+        .env("ETCDCTL_API", "3")
+        .env("KVCTL_ETCDCTL_VERSION", "3.4")
+        .env_remove("ETCDCTL_ENDPOINTS")
+        .arg(format!("--endpoints={endpoint}"))
+        .args(args);
     output_with_stdin(command, stdin)
 }
 

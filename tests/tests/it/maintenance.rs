@@ -154,6 +154,13 @@ async fn downgrade_validates_enables_and_cancels_on_every_member() -> anyhow::Re
     assert!(validated.status == 200 && validated.body.contains(r#""version":"3.6""#), "{validated:?}");
     let (out, _) = kvctl(&["downgrade", "enable", "3.5"]).await?;
     assert_eq!(out, "Downgrade enable success, cluster version 3.6\n", "the cluster version before the change");
+    // etcdctl 3.6's endpoint status shows the storage version and the downgrade in progress.
+    let (out, _) = kvctl(&["endpoint", "status"]).await?;
+    let columns: Vec<&str> = out.trim_end().split(", ").collect();
+    assert_eq!(columns.len(), 16, "{out}");
+    assert_eq!((columns[3], columns[14], columns[15]), ("3.6.0", "3.5.0", "true"), "{out}");
+    let (out, _) = kvctl(&["endpoint", "hashkv"]).await?;
+    assert_eq!(out.trim_end().split(", ").count(), 3, "the hash revision too: {out}");
     let again = client.maintenance_client().downgrade(DowngradeOptions::Enable("3.5".into())).await;
     tests::assert_grpc_error(
         again,
