@@ -9,6 +9,8 @@
 //! - [`options`]: the flags of `jepsen test` (target, workload, nemesis, seed, timings).
 //! - [`bench`]: `jepsen bench`, etcd's benchmark workloads against fresh clusters of ours and etcd, and
 //!   their side-by-side table (QPS, latency percentiles, members' RSS and CPU).
+//! - [`fuzz`]: `jepsen fuzz`, random requests built from the protobuf descriptors sent to one member of
+//!   ours and one of etcd 3.5.1, their answers compared and grouped into a table of differences.
 //! - [`campaign`]: `jepsen campaign`, many child runs over the workload × fault matrix, and their table.
 //! - [`run`]: one run, phase by phase (start, workload + faults, heal, liveness, convergence, checks).
 //! - [`netns`]: re-executing under `unshare --net`, and refusing to touch the host's network.
@@ -61,6 +63,7 @@ pub mod checker;
 pub mod client;
 pub mod cluster;
 pub mod error;
+pub mod fuzz;
 pub mod history;
 pub mod html;
 pub mod member;

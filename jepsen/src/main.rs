@@ -1,6 +1,7 @@
 //! `jepsen`: the fault-injection harness's command line. `jepsen test` runs one test and writes a
-//! report folder; `jepsen campaign` runs many over the workload × fault matrix and writes a table.
-//! Both exit 0 when everything is valid, 1 when something is invalid, 2 when undecided, 3 when the
+//! report folder; `jepsen campaign` runs many over the workload × fault matrix and writes a table;
+//! `jepsen fuzz` compares ours with etcd 3.5.1 on random requests. They exit 0 when everything is
+//! valid, 1 when something is invalid (a difference, a crash of ours), 2 when undecided, 3 when the
 //! harness itself failed.
 
 use std::io::IsTerminal;
@@ -9,8 +10,9 @@ use std::process::ExitCode;
 use clap::{Parser, Subcommand};
 use jepsen::bench::options::BenchOptions;
 use jepsen::campaign::{self, CampaignOptions};
+use jepsen::fuzz::options::FuzzOptions;
 use jepsen::options::TestOptions;
-use jepsen::{bench, netns, report, run};
+use jepsen::{bench, fuzz, netns, report, run, Validity};
 
 #[derive(Debug, Parser)]
 #[command(name = "jepsen", about = "Fault-injection tests of an etcd-compatible cluster")]
@@ -31,6 +33,9 @@ enum Command {
     /// Run etcd's benchmark workloads against fresh three-member clusters of ours and/or etcd and
     /// print a table (QPS, latency percentiles, ratio ours/etcd, members' RSS and CPU)
     Bench(BenchOptions),
+    /// Send random requests built from the protobuf descriptors to one member of ours and one of etcd
+    /// 3.5.1 (plain child processes on loopback) and print a table of the answers that differ
+    Fuzz(FuzzOptions),
 }
 
 /// The default fault groups, for `jepsen campaign --help`.
@@ -47,6 +52,7 @@ fn main() -> ExitCode {
         Command::Test(opts) => opts,
         Command::Campaign(opts) => return run_campaign(&opts),
         Command::Bench(opts) => return run_bench(opts),
+        Command::Fuzz(opts) => return run_fuzz(opts),
     };
     if !netns::is_inside() {
         // Everything the run does to the network happens in a namespace of its own.
@@ -129,6 +135,26 @@ fn run_bench(opts: BenchOptions) -> ExitCode {
             print!("{}", outcome.table);
             println!("report: {}", outcome.dir.display());
             ExitCode::SUCCESS
+        }
+        Err(err) => {
+            eprintln!("jepsen: {err}");
+            ExitCode::from(EXIT_ERROR)
+        }
+    }
+}
+
+/// `jepsen fuzz`: plain child processes on loopback, no namespaces; exits 1 on any difference or a crash
+/// of ours.
+fn run_fuzz(opts: FuzzOptions) -> ExitCode {
+    init_tracing();
+    let result = tokio::runtime::Runtime::new()
+        .map_err(|err| format!("cannot start the runtime: {err}"))
+        .and_then(|runtime| runtime.block_on(fuzz::run(opts)).map_err(|err| err.to_string()));
+    match result {
+        Ok(outcome) => {
+            print!("{}", outcome.table);
+            println!("report: {}", outcome.dir.display());
+            ExitCode::from(run::exit_code(if outcome.failed { Validity::Invalid } else { Validity::Valid }))
         }
         Err(err) => {
             eprintln!("jepsen: {err}");

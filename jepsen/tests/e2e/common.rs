@@ -34,12 +34,22 @@ pub fn missing_prerequisite() -> Option<String> {
 pub fn start() -> Option<MutexGuard<'static, ()>> {
     if let Some(why) = missing_prerequisite() {
         // CI and scripts/test (which installs nftables and runs as root) require every run.
-        let required = |name| std::env::var_os(name).is_some_and(|v| !v.is_empty() && v != "0" && v != "false");
-        assert!(!(required("CI") || required("KV_TEST_REQUIRE_TOOLS")), "this run requires the jepsen tests: {why}");
+        assert!(!tools_required(), "this run requires the jepsen tests: {why}");
         eprintln!("skipped: {why}");
         return None;
     }
-    Some(RUNS.lock().unwrap_or_else(std::sync::PoisonError::into_inner))
+    Some(one_at_a_time())
+}
+
+/// Whether the run must have every tool (set by `CI` and by `scripts/test`): a missing one fails the test.
+pub fn tools_required() -> bool {
+    let set = |name| std::env::var_os(name).is_some_and(|v| !v.is_empty() && v != "0" && v != "false");
+    set("CI") || set("KV_TEST_REQUIRE_TOOLS")
+}
+
+/// The run lock, for tests that check their own prerequisites.
+pub fn one_at_a_time() -> MutexGuard<'static, ()> {
+    RUNS.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
 }
 
 pub fn raft_node() -> PathBuf {

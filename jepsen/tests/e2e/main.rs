@@ -1,5 +1,6 @@
 //! End to end: `jepsen test`, `jepsen campaign` and `jepsen bench` against our three-member
-//! cluster, each run in private network and PID namespaces. One test binary for all (one link);
+//! cluster, each run in private network and PID namespaces; `jepsen fuzz` against one member of ours
+//! and one of etcd 3.5.1 (plain processes, no namespaces). One test binary for all (one link);
 //! each module covers one part of the harness, and a run must both come out right and show that
 //! its faults acted.
 //!
@@ -13,6 +14,7 @@ mod common;
 mod bench;
 mod campaign;
 mod cluster_faults;
+mod fuzz;
 mod lease;
 mod net_faults;
 mod register;

@@ -137,9 +137,13 @@ impl<C: Consensus> pb::auth_server::Auth for AuthService<C> {
         &self,
         request: Request<pb::AuthStatusRequest>,
     ) -> Result<Response<pb::AuthStatusResponse>, Status> {
-        self.reader(&request).await?;
+        // As etcd (3.5 and 3.6): AuthStatus needs the root role while auth is enabled.
+        let caller = self.reader(&request).await?;
         let (enabled, auth_revision) = {
             let store = self.store.read();
+            if let Some(caller) = &caller {
+                store.auth().check_admin(caller)?;
+            }
             (store.auth().is_enabled(), store.auth().revision())
         };
         Ok(Response::new(pb::AuthStatusResponse { header: self.header(), enabled, auth_revision }))

@@ -9,7 +9,11 @@ use crate::error::{Error, Result};
 /// The credential a request carries: the `token` metadata, or the gateway's `authorization` header, or,
 /// without either, the Common Name of its verified client certificate (as etcd's `AuthInfoFromTLS`).
 pub fn token_of(metadata: &tonic::metadata::MetadataMap) -> Option<String> {
-    let text = |key: &str| metadata.get(key).and_then(|value| value.to_str().ok()).map(str::to_string);
+    // etcd 3.6 takes `Bearer <token>` as `<token>`.
+    let text = |key: &str| {
+        let value = metadata.get(key).and_then(|value| value.to_str().ok())?;
+        Some(value.strip_prefix("Bearer ").unwrap_or(value).to_string())
+    };
     text(TOKEN_METADATA).or_else(|| text(TOKEN_METADATA_GATEWAY)).or_else(|| {
         text(CERT_COMMON_NAME_METADATA).filter(|cn| !cn.is_empty()).map(|cn| format!("{CERT_USER_PREFIX}{cn}"))
     })

@@ -116,6 +116,12 @@ impl<C: Consensus> pb::lease_server::Lease for LeaseService<C> {
         &self,
         request: Request<pb::LeaseGrantRequest>,
     ) -> Result<Response<pb::LeaseGrantResponse>, Status> {
+        // A grant needs no permission, but a token it carries must be valid (etcd checks every token of
+        // a request that goes through the log).
+        let token = crate::service::auth_request::token_of(request.metadata());
+        if token.is_some() {
+            crate::service::auth_request::caller(&*self.consensus, &self.store, token.as_deref()).await?;
+        }
         Ok(Response::new(self.grant(request.into_inner()).await?))
     }
 

@@ -175,12 +175,17 @@ impl<C: Consensus> WatchStream<C> {
         // As etcd: an empty key is the smallest key, `\0`.
         let key = if create.key.is_empty() { vec![0] } else { create.key.clone() };
         let range = WatchRange::new(key, create.range_end.clone());
-        let refused = if !matches!(range.range_end.as_slice(), [] | [0]) && range.key >= range.range_end {
-            Some(EMPTY_RANGE.to_string())
-        } else if create.watch_id != 0 && self.watchers.contains_key(&create.watch_id) {
-            Some(DUPLICATE_ID.to_string())
-        } else {
-            auth_refusal(self.consensus.clone(), self.store.clone(), self.token.clone(), &create).await
+        // etcd 3.6's order: permission first, then what the watch asks for.
+        let refused = match auth_refusal(self.consensus.clone(), self.store.clone(), self.token.clone(), &create).await
+        {
+            Some(reason) => Some(reason),
+            None if !matches!(range.range_end.as_slice(), [] | [0]) && range.key >= range.range_end => {
+                Some(EMPTY_RANGE.to_string())
+            }
+            None if create.watch_id != 0 && self.watchers.contains_key(&create.watch_id) => {
+                Some(DUPLICATE_ID.to_string())
+            }
+            None => None,
         };
         if let Some(reason) = refused {
             let resp = pb::WatchResponse {

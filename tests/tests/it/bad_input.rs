@@ -6,7 +6,7 @@
 
 use base64::Engine;
 use proto::authpb;
-use proto::etcdserverpb::{self as pb, auth_client::AuthClient, kv_client::KvClient};
+use proto::etcdserverpb::{self as pb, auth_client::AuthClient, kv_client::KvClient, lease_client::LeaseClient};
 use tests::server::{etcd35_bin, tool_present};
 use tests::spawned::{free_ports, single_member};
 use tests::{Member, MemberConfig, ServerKind};
@@ -39,7 +39,7 @@ fn perm(key: Vec<u8>, range_end: &[u8]) -> Option<authpb::Permission> {
 /// The cases etcd 3.5.1 answers as 3.6 does, with the answer both give.
 async fn shared_cases(endpoint: &str) -> anyhow::Result<Vec<(&'static str, Answer, Answer)>> {
     let channel = channel(endpoint).await?;
-    let (mut kv, mut auth) = (KvClient::new(channel.clone()), AuthClient::new(channel));
+    let (mut kv, mut auth) = (KvClient::new(channel.clone()), AuthClient::new(channel.clone()));
     let grant = |name: &str, perm| pb::AuthRoleGrantPermissionRequest { name: name.into(), perm };
     let change = |name: &str, hashed_password: &str| pb::AuthUserChangePasswordRequest {
         name: name.into(),
@@ -97,13 +97,40 @@ async fn shared_cases(endpoint: &str) -> anyhow::Result<Vec<(&'static str, Answe
     auth.user_grant_role(pb::AuthUserGrantRoleRequest { user: "root".into(), role: "root".into() }).await?;
     auth.auth_enable(pb::AuthEnableRequest {}).await?;
     let login = pb::AuthenticateRequest { name: "u1".into(), password: "secret".into() };
+    let token = auth.authenticate(login.clone()).await.map(|r| r.into_inner().token);
     out.push(("login with the client's hash", answer(auth.authenticate(login).await), (Code::Ok, String::new())));
+
+    // AuthStatus needs root once auth is on; a token must be valid even where no permission is needed.
+    let empty = (Code::InvalidArgument, "etcdserver: user name is empty".to_string());
+    out.push(("auth status without a token", answer(auth.auth_status(pb::AuthStatusRequest {}).await), empty));
+    let token = token.unwrap_or_default();
+    let denied = (Code::PermissionDenied, "etcdserver: permission denied".to_string());
+    out.push((
+        "auth status as a user",
+        answer(auth.auth_status(with_token(&token, pb::AuthStatusRequest {})).await),
+        denied,
+    ));
+    let mut lease = LeaseClient::new(channel.clone());
+    let grant = pb::LeaseGrantRequest { ttl: 600, id: 0 };
+    let invalid_token = (Code::Unauthenticated, "etcdserver: invalid auth token".to_string());
+    out.push((
+        "lease grant with a bad token",
+        answer(lease.lease_grant(with_token("no-such-token", grant)).await),
+        invalid_token,
+    ));
     Ok(out)
 }
 
 /// Standard base64, as Go's `base64.StdEncoding` that etcd decodes `hashedPassword` with.
 fn base64_encode(bytes: &[u8]) -> String {
     base64::engine::general_purpose::STANDARD.encode(bytes)
+}
+
+/// `request` carrying `token` as etcd's clients send it.
+fn with_token<T>(token: &str, request: T) -> tonic::Request<T> {
+    let mut request = tonic::Request::new(request);
+    request.metadata_mut().insert("token", token.parse().expect("an ASCII token"));
+    request
 }
 
 fn check(cases: &[(&str, Answer, Answer)], server: &str) {

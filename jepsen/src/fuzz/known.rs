@@ -1,0 +1,272 @@
+//! Requests etcd 3.5.1 must not see: what etcd would answer instead, when there is an answer.
+//!
+//! etcd 3.5.1 panics (and the whole process exits) on a Range, alone or inside a Txn at any depth, whose
+//! `sort_target` is not one it knows while it sorts (etcd-io/etcd#13554). Later releases validate the
+//! sort options in the gRPC handler, next to the other request checks, and answer `InvalidArgument`
+//! "etcdserver: invalid sort option". Such requests go to ours only; etcd's answer is computed here by
+//! running today's handler checks in their order (`checkRangeRequest`, `checkTxnRequest`, ...: the empty
+//! key comes before the sort options), which is what a later etcd would have said. To stay on the safe
+//! side an unknown `sort_order` is held back as well, although 3.5.1 only crashes on the target.
+//!
+//! Found by this fuzzer: etcd also panics on an Alarm request whose `action` is unknown (its applier
+//! returns no response and no error, and the handler reads the missing response's header; the code is
+//! the same in later releases), and 3.5.1 panics activating an alarm of an unknown type
+//! ("unimplemented alarm activation"). There is no etcd answer to compare those with: they are held
+//! back and ours' answers are listed apart.
+
+use prost_reflect::{DynamicMessage, Value};
+use tonic::Code;
+
+use super::call::Answer;
+use super::request::Request;
+
+/// etcd's `--max-request-bytes` default plus the 512 KiB it lets gRPC take beyond it: a larger message is
+/// refused by gRPC itself before any handler check.
+const MAX_RECEIVE_BYTES: usize = 1024 * 1024 * 3 / 2 + 512 * 1024;
+/// etcd's `--max-txn-ops` default.
+const MAX_TXN_OPS: usize = 128;
+
+const SORT_ORDERS: std::ops::RangeInclusive<i32> = 0..=2;
+const SORT_TARGETS: std::ops::RangeInclusive<i32> = 0..=4;
+
+/// Whether the request holds a Range with an unknown sort option anywhere (a Range, or a Txn's ops at
+/// any depth).
+pub fn has_unknown_sort(request: &Request) -> bool {
+    match request.method.name.as_str() {
+        "Range" => range_has_unknown_sort(&request.message),
+        "Txn" => txn_has_unknown_sort(&request.message),
+        _ => false,
+    }
+}
+
+/// A request etcd 3.5.1 cannot take.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Known {
+    /// Later releases answer this.
+    AnswerToday(Answer),
+    /// etcd crashes on it; why.
+    NoAnswer(&'static str),
+}
+
+/// Whether the request must be held back from etcd, and what stands in for etcd's answer. `wire_len` is
+/// the length of the encoded request.
+pub fn known(request: &Request, wire_len: usize) -> Option<Known> {
+    if let Some(reason) = alarm_crash(request) {
+        return Some(Known::NoAnswer(reason));
+    }
+    etcd_answer_today(request, wire_len).map(Known::AnswerToday)
+}
+
+/// Why an Alarm request would crash etcd, if it would.
+fn alarm_crash(request: &Request) -> Option<&'static str> {
+    if request.method.name != "Alarm" {
+        return None;
+    }
+    let (action, alarm) = (enum_field(&request.message, "action"), enum_field(&request.message, "alarm"));
+    if !(0..=2).contains(&action) {
+        return Some("etcd panics on an unknown Alarm action (a nil response); later releases too");
+    }
+    // ACTIVATE = 1; alarm types NONE, NOSPACE, CORRUPT = 0..=2.
+    if action == 1 && !(0..=2).contains(&alarm) {
+        return Some("etcd 3.5.1 panics activating an alarm of an unknown type");
+    }
+    None
+}
+
+/// etcd's answer from the table when the request holds an unknown sort option; `None` otherwise.
+fn etcd_answer_today(request: &Request, wire_len: usize) -> Option<Answer> {
+    if !has_unknown_sort(request) {
+        return None;
+    }
+    if wire_len > MAX_RECEIVE_BYTES {
+        let message = format!("grpc: received message larger than max ({wire_len} vs. {MAX_RECEIVE_BYTES})");
+        return Some(Answer::Status { code: Code::ResourceExhausted, message });
+    }
+    let refusal = match request.method.name.as_str() {
+        "Range" => check_range(&request.message),
+        _ => check_txn(&request.message, MAX_TXN_OPS),
+    };
+    // A request with an unknown sort option always fails one of the checks.
+    let message = refusal.unwrap_or(INVALID_SORT);
+    Some(Answer::Status { code: Code::InvalidArgument, message: message.to_string() })
+}
+
+const EMPTY_KEY: &str = "etcdserver: key is not provided";
+const INVALID_SORT: &str = "etcdserver: invalid sort option";
+
+fn range_has_unknown_sort(range: &DynamicMessage) -> bool {
+    !SORT_ORDERS.contains(&enum_field(range, "sort_order")) || !SORT_TARGETS.contains(&enum_field(range, "sort_target"))
+}
+
+fn txn_has_unknown_sort(txn: &DynamicMessage) -> bool {
+    ["success", "failure"].iter().any(|branch| {
+        messages(txn, branch).iter().any(|op| {
+            message(op, "request_range").is_some_and(range_has_unknown_sort)
+                || message(op, "request_txn").is_some_and(txn_has_unknown_sort)
+        })
+    })
+}
+
+/// etcd's `checkRangeRequest`.
+fn check_range(range: &DynamicMessage) -> Option<&'static str> {
+    if bytes_field(range, "key").is_empty() {
+        return Some(EMPTY_KEY);
+    }
+    if range_has_unknown_sort(range) {
+        return Some(INVALID_SORT);
+    }
+    None
+}
+
+/// etcd's `checkTxnRequest`: the op count, then every compare's key, then the success ops, then the
+/// failure ops, each with `checkRequestOp`.
+fn check_txn(txn: &DynamicMessage, max_ops: usize) -> Option<&'static str> {
+    let compares = messages(txn, "compare");
+    let (success, failure) = (messages(txn, "success"), messages(txn, "failure"));
+    let ops = compares.len().max(success.len()).max(failure.len());
+    if ops > max_ops {
+        return Some("etcdserver: too many operations in txn request");
+    }
+    if compares.iter().any(|c| bytes_field(c, "key").is_empty()) {
+        return Some(EMPTY_KEY);
+    }
+    success.iter().chain(failure.iter()).find_map(|op| check_op(op, max_ops - ops))
+}
+
+/// etcd's `checkRequestOp`.
+fn check_op(op: &DynamicMessage, max_ops: usize) -> Option<&'static str> {
+    if let Some(range) = message(op, "request_range") {
+        return check_range(range);
+    }
+    if let Some(put) = message(op, "request_put") {
+        if bytes_field(put, "key").is_empty() {
+            return Some(EMPTY_KEY);
+        }
+        if put.get_field_by_name("ignore_value").and_then(|v| v.as_bool()) == Some(true)
+            && !bytes_field(put, "value").is_empty()
+        {
+            return Some("etcdserver: value is provided");
+        }
+        let lease = put.get_field_by_name("lease").and_then(|v| v.as_i64()).unwrap_or(0);
+        if put.get_field_by_name("ignore_lease").and_then(|v| v.as_bool()) == Some(true) && lease != 0 {
+            return Some("etcdserver: lease is provided");
+        }
+        return None;
+    }
+    if let Some(delete) = message(op, "request_delete_range") {
+        return bytes_field(delete, "key").is_empty().then_some(EMPTY_KEY);
+    }
+    if let Some(txn) = message(op, "request_txn") {
+        return check_txn(txn, max_ops);
+    }
+    // An empty op.
+    Some("etcdserver: key not found")
+}
+
+fn enum_field(message: &DynamicMessage, name: &str) -> i32 {
+    message.get_field_by_name(name).and_then(|v| v.as_enum_number()).unwrap_or(0)
+}
+
+fn bytes_field(message: &DynamicMessage, name: &str) -> Vec<u8> {
+    message.get_field_by_name(name).and_then(|v| v.as_bytes().map(|b| b.to_vec())).unwrap_or_default()
+}
+
+/// The message in a set message field (a oneof case).
+fn message<'a>(parent: &'a DynamicMessage, name: &str) -> Option<&'a DynamicMessage> {
+    parent.fields().find(|(field, _)| field.name() == name).and_then(|(_, value)| value.as_message())
+}
+
+/// The messages of a repeated message field.
+fn messages(parent: &DynamicMessage, name: &str) -> Vec<DynamicMessage> {
+    let Some(value) = parent.get_field_by_name(name) else { return Vec::new() };
+    value.as_list().map_or_else(Vec::new, |items| items.iter().filter_map(Value::as_message).cloned().collect())
+}
+
+#[cfg(test)]
+mod tests {
+    use bytes::Bytes;
+
+    use super::super::catalog::Catalog;
+    use super::super::request::Caller;
+    use super::*;
+
+    fn build(catalog: &Catalog, message_name: &str, fields: &[(&str, Value)]) -> DynamicMessage {
+        let descriptor = catalog.pool.get_message_by_name(message_name).expect("message");
+        let mut message = DynamicMessage::new(descriptor);
+        for (name, value) in fields {
+            message.set_field_by_name(name, value.clone());
+        }
+        message
+    }
+
+    fn range(catalog: &Catalog, key: &'static [u8], target: i32) -> DynamicMessage {
+        let fields = [("key", Value::Bytes(Bytes::from_static(key))), ("sort_target", Value::EnumNumber(target))];
+        build(catalog, "etcdserverpb.RangeRequest", &fields)
+    }
+
+    fn op(catalog: &Catalog, case: &str, inner: DynamicMessage) -> Value {
+        Value::Message(build(catalog, "etcdserverpb.RequestOp", &[(case, Value::Message(inner))]))
+    }
+
+    fn txn(catalog: &Catalog, branch: &str, ops: Vec<Value>) -> DynamicMessage {
+        build(catalog, "etcdserverpb.TxnRequest", &[(branch, Value::List(ops))])
+    }
+
+    fn request(catalog: &Catalog, method: &str, message: DynamicMessage) -> Request {
+        let method = catalog.method("etcdserverpb.KV", method).expect("method");
+        Request { method, message, caller: Caller::Nobody, invalid_utf8_field: None }
+    }
+
+    fn answer(request: &Request) -> Option<String> {
+        known(request, request.encode().len()).map(|k| match k {
+            Known::AnswerToday(Answer::Status { code, message }) => format!("{code:?}: {message}"),
+            other => format!("{other:?}"),
+        })
+    }
+
+    #[test]
+    fn unknown_sort_options_are_found_in_a_range_and_at_any_depth_of_a_txn() {
+        let catalog = Catalog::load().expect("descriptors");
+        let plain = request(&catalog, "Range", range(&catalog, b"k", 0));
+        assert!(!has_unknown_sort(&plain) && answer(&plain).is_none());
+        let bad = request(&catalog, "Range", range(&catalog, b"k", 7));
+        assert_eq!(answer(&bad).as_deref(), Some("InvalidArgument: etcdserver: invalid sort option"));
+        let empty_key = request(&catalog, "Range", range(&catalog, b"", 7));
+        assert_eq!(answer(&empty_key).as_deref(), Some("InvalidArgument: etcdserver: key is not provided"));
+
+        // Txn { failure: [Txn { success: [Range(sort_target 1000)] }] }
+        let inner = txn(&catalog, "success", vec![op(&catalog, "request_range", range(&catalog, b"k", 1000))]);
+        let outer = txn(&catalog, "failure", vec![op(&catalog, "request_txn", inner)]);
+        let nested = request(&catalog, "Txn", outer);
+        assert!(has_unknown_sort(&nested));
+        assert_eq!(answer(&nested).as_deref(), Some("InvalidArgument: etcdserver: invalid sort option"));
+
+        // An empty op before the bad range is refused first, as etcd checks ops in order.
+        let empty_op = Value::Message(build(&catalog, "etcdserverpb.RequestOp", &[]));
+        let ordered = txn(&catalog, "success", vec![empty_op, op(&catalog, "request_range", range(&catalog, b"k", 9))]);
+        assert_eq!(
+            answer(&request(&catalog, "Txn", ordered)).as_deref(),
+            Some("InvalidArgument: etcdserver: key not found")
+        );
+        let harmless = txn(&catalog, "success", vec![op(&catalog, "request_range", range(&catalog, b"k", 4))]);
+        assert!(!has_unknown_sort(&request(&catalog, "Txn", harmless)));
+    }
+
+    #[test]
+    fn alarms_etcd_crashes_on_are_held_back_without_an_answer() {
+        let catalog = Catalog::load().expect("descriptors");
+        let alarm = |action: i32, alarm: i32| {
+            let fields = [("action", Value::EnumNumber(action)), ("alarm", Value::EnumNumber(alarm))];
+            let method = catalog.method("etcdserverpb.Maintenance", "Alarm").expect("Alarm");
+            let message = build(&catalog, "etcdserverpb.AlarmRequest", &fields);
+            let request = Request { method, message, caller: Caller::Nobody, invalid_utf8_field: None };
+            known(&request, 0)
+        };
+        assert!(matches!(alarm(7, 0), Some(Known::NoAnswer(_))));
+        assert!(matches!(alarm(-1, 1), Some(Known::NoAnswer(_))));
+        assert!(matches!(alarm(1, 1000), Some(Known::NoAnswer(_))));
+        assert_eq!(alarm(1, 1), None);
+        assert_eq!(alarm(2, 1000), None);
+        assert_eq!(alarm(0, 7), None);
+    }
+}
