@@ -24,11 +24,6 @@ use raft_node::restore::{restore, RestoreConfig};
 
 use printer::Format;
 
-/// etcdutl's defaults for restore.
-const DEFAULT_NAME: &str = "default";
-const DEFAULT_PEER_URLS: &str = "http://localhost:2380";
-const DEFAULT_CLUSTER: &str = "default=http://localhost:2380";
-
 #[derive(Debug, Parser)]
 #[command(
     name = "kvutl",
@@ -76,34 +71,15 @@ pub enum SnapshotCommand {
     Restore {
         args: Vec<String>,
         #[command(flatten)]
-        flags: RestoreFlags,
+        flags: EtcdutlRestoreFlags,
     },
 }
 
-/// etcdutl's `snapshot restore` flags, with its defaults.
+/// etcdutl's `snapshot restore` flags, with its defaults: etcdctl's, and three of its own.
 #[derive(Debug, Clone, Args)]
-pub struct RestoreFlags {
-    /// Path to the output data directory
-    #[arg(long, default_value = "")]
-    pub data_dir: String,
-    /// Path to the WAL directory (use --data-dir if none given); ignored: the restored Raft log is empty and lives in the data directory
-    #[arg(long, default_value = "")]
-    pub wal_dir: String,
-    /// Initial cluster configuration for restore bootstrap
-    #[arg(long, default_value = DEFAULT_CLUSTER)]
-    pub initial_cluster: String,
-    /// Initial cluster token for the etcd cluster during restore bootstrap
-    #[arg(long, default_value = "etcd-cluster")]
-    pub initial_cluster_token: String,
-    /// List of this member's peer URLs to advertise to the rest of the cluster
-    #[arg(long, default_value = DEFAULT_PEER_URLS)]
-    pub initial_advertise_peer_urls: String,
-    /// Human-readable name for this member
-    #[arg(long, default_value = DEFAULT_NAME)]
-    pub name: String,
-    /// Ignore snapshot integrity hash value (required if copied from data directory)
-    #[arg(long)]
-    pub skip_hash_check: bool,
+pub struct EtcdutlRestoreFlags {
+    #[command(flatten)]
+    pub etcdctl: kvctl::command::snapshot::restore::RestoreFlags,
     /// Initial memory map size of the database in bytes; accepted for etcdutl's sake (no memory map here)
     #[arg(long, default_value_t = 10 * 1024 * 1024 * 1024)]
     pub initial_memory_map_size: u64,
@@ -177,7 +153,8 @@ fn error(message: String) -> CliError {
     CliError::new(EXIT_ERROR, message)
 }
 
-fn restore_config(path: &str, flags: &RestoreFlags) -> RestoreConfig {
+fn restore_config(path: &str, flags: &EtcdutlRestoreFlags) -> RestoreConfig {
+    let (bump_revision, flags) = (flags.bump_revision, &flags.etcdctl);
     RestoreConfig {
         snapshot: PathBuf::from(path),
         name: flags.name.clone(),
@@ -186,7 +163,7 @@ fn restore_config(path: &str, flags: &RestoreFlags) -> RestoreConfig {
         initial_cluster_token: flags.initial_cluster_token.clone(),
         initial_advertise_peer_urls: flags.initial_advertise_peer_urls.split(',').map(str::to_string).collect(),
         skip_hash_check: flags.skip_hash_check,
-        bump_revision: flags.bump_revision,
+        bump_revision,
     }
 }
 

@@ -205,6 +205,8 @@ mod tests {
     use proto::etcdserverpb as pb;
 
     use super::*;
+    use crate::auth::token::TokenTable;
+    use crate::auth::Caller;
     use crate::backend::{Backend, MemBackend};
 
     fn apply(store: &mut AuthStore, backend: &MemBackend, cmd: AuthCommand) -> Result<AuthOutcome> {
@@ -317,5 +319,58 @@ mod tests {
         assert!(reloaded.is_enabled());
         assert_eq!(reloaded.revision(), store.revision());
         assert_eq!(reloaded.user(ROOT), store.user(ROOT));
+    }
+
+    #[test]
+    fn a_read_only_user_reads_its_prefix_only_and_old_revisions_are_refused() {
+        let backend = Arc::new(MemBackend::default());
+        let mut store = AuthStore::default();
+        for cmd in [
+            user_add(ROOT),
+            grant(ROOT, ROOT),
+            user_add("reader"),
+            AuthCommand::RoleAdd(pb::AuthRoleAddRequest { name: "app-ro".into() }),
+            AuthCommand::RoleGrantPermission(pb::AuthRoleGrantPermissionRequest {
+                name: "app-ro".into(),
+                perm: Some(authpb::Permission {
+                    perm_type: authpb::permission::Type::Read as i32,
+                    key: b"/app/".to_vec(),
+                    range_end: b"/app0".to_vec(),
+                }),
+            }),
+            grant("reader", "app-ro"),
+            AuthCommand::Enable,
+        ] {
+            apply(&mut store, &backend, cmd).expect("setup");
+        }
+        let token = TokenTable::generate();
+        let login = AuthCommand::Authenticate { name: "reader".into(), token: token.clone() };
+        assert_eq!(apply(&mut store, &backend, login), Ok(AuthOutcome::Token(token.clone())));
+        let caller = store.resolve(Some(&token)).expect("token").expect("enabled");
+        assert_eq!(caller.user, "reader");
+        assert_eq!(store.check_read(&caller, b"/app/x", b""), Ok(()));
+        assert_eq!(store.check_read(&caller, b"/other", b""), Err(Error::PermissionDenied));
+        assert_eq!(store.check_write(&caller, b"/app/x", b""), Err(Error::PermissionDenied));
+        assert_eq!(store.check_admin(&caller), Err(Error::PermissionDenied));
+        assert_eq!(store.check_read(&Caller::default(), b"/app/x", b""), Err(Error::UserEmpty));
+        assert_eq!(store.resolve(Some("nope")), Err(Error::InvalidAuthToken));
+
+        apply(&mut store, &backend, AuthCommand::RoleAdd(pb::AuthRoleAddRequest { name: "other".into() }))
+            .expect("role add");
+        assert_eq!(store.check_read(&caller, b"/app/x", b""), Err(Error::AuthOldRevision));
+
+        let revoke = AuthCommand::RoleRevokePermission(pb::AuthRoleRevokePermissionRequest {
+            role: "app-ro".into(),
+            key: b"/app/".to_vec(),
+            range_end: b"/app0".to_vec(),
+        });
+        apply(&mut store, &backend, revoke.clone()).expect("revoke");
+        assert_eq!(apply(&mut store, &backend, revoke), Err(Error::PermissionNotGranted));
+        let fresh = store.resolve(Some(&token)).expect("token").expect("enabled");
+        assert_eq!(store.check_read(&fresh, b"/app/x", b""), Err(Error::PermissionDenied));
+
+        let delete = AuthCommand::UserDelete(pb::AuthUserDeleteRequest { name: "reader".into() });
+        apply(&mut store, &backend, delete).expect("delete");
+        assert_eq!(store.resolve(Some(&token)), Err(Error::InvalidAuthToken), "a deleted user's tokens die");
     }
 }

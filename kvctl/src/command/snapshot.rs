@@ -6,7 +6,7 @@
 //! `snapshot status` reads the file offline ([`status`]); `snapshot restore` hands the file to `kvutl`,
 //! the offline tool ([`restore`]).
 
-mod restore;
+pub mod restore;
 mod status;
 
 use std::io;

@@ -30,64 +30,30 @@ pub fn member_list(resp: &pb::MemberListResponse) -> Table {
     (header, rows)
 }
 
-pub fn endpoint_status(statuses: &[(String, pb::StatusResponse)], dialect: Dialect) -> Table {
-    if dialect == Dialect::V3_6 {
-        return endpoint_status_36(statuses);
-    }
-    let header = vec![
-        "endpoint",
-        "ID",
-        "version",
-        "db size",
-        "is leader",
-        "is learner",
-        "raft term",
-        "raft index",
-        "raft applied index",
-        "errors",
-    ];
-    let rows = statuses
-        .iter()
-        .map(|(endpoint, s)| {
-            let member_id = s.header.as_ref().map_or(0, |h| h.member_id);
-            vec![
-                endpoint.clone(),
-                format!("{member_id:x}"),
-                s.version.clone(),
-                humanize_bytes(u64::try_from(s.db_size).unwrap_or(0)),
-                (s.leader == member_id).to_string(),
-                s.is_learner.to_string(),
-                s.raft_term.to_string(),
-                s.raft_index.to_string(),
-                s.raft_applied_index.to_string(),
-                s.errors.join(", "),
-            ]
-        })
-        .collect();
-    (header, rows)
-}
+/// etcdctl 3.6's columns (the storage version, the size in use and the share not in use, the quota, the
+/// downgrade target and state); etcdctl 3.4 prints the others.
+const STATUS_COLUMNS: [&str; 16] = [
+    "endpoint",
+    "ID",
+    "version",
+    "storage version",
+    "db size",
+    "in use",
+    "percentage not in use",
+    "quota",
+    "is leader",
+    "is learner",
+    "raft term",
+    "raft index",
+    "raft applied index",
+    "errors",
+    "downgrade target version",
+    "downgrade enabled",
+];
+/// The columns etcdctl 3.4 has, by their place in [`STATUS_COLUMNS`].
+const STATUS_COLUMNS_34: [usize; 10] = [0, 1, 2, 4, 8, 9, 10, 11, 12, 13];
 
-/// etcdctl 3.6's columns: the storage version, the size in use and the share not in use, the quota, the
-/// downgrade target and state.
-fn endpoint_status_36(statuses: &[(String, pb::StatusResponse)]) -> Table {
-    let header = vec![
-        "endpoint",
-        "ID",
-        "version",
-        "storage version",
-        "db size",
-        "in use",
-        "percentage not in use",
-        "quota",
-        "is leader",
-        "is learner",
-        "raft term",
-        "raft index",
-        "raft applied index",
-        "errors",
-        "downgrade target version",
-        "downgrade enabled",
-    ];
+pub fn endpoint_status(statuses: &[(String, pb::StatusResponse)], dialect: Dialect) -> Table {
     let rows = statuses
         .iter()
         .map(|(endpoint, s)| {
@@ -115,8 +81,14 @@ fn endpoint_status_36(statuses: &[(String, pb::StatusResponse)]) -> Table {
                 downgrade.is_some_and(|d| d.enabled).to_string(),
             ]
         })
-        .collect();
-    (header, rows)
+        .collect::<Vec<_>>();
+    match dialect {
+        Dialect::V3_6 => (STATUS_COLUMNS.to_vec(), rows),
+        Dialect::V3_4 => {
+            let pick = |row: &[String]| STATUS_COLUMNS_34.iter().map(|&i| row[i].clone()).collect();
+            (STATUS_COLUMNS_34.iter().map(|&i| STATUS_COLUMNS[i]).collect(), rows.iter().map(|r| pick(r)).collect())
+        }
+    }
 }
 
 pub fn endpoint_hashkv(hashes: &[(String, pb::HashKvResponse)], dialect: Dialect) -> Table {
