@@ -1,18 +1,23 @@
 //! The consensus seam: how the services reach Raft without knowing it.
 
 use std::future::Future;
-use std::sync::Arc;
 
-use parking_lot::RwLock;
 use proto::etcdserverpb as pb;
 
 use crate::command::{Command, CommandResponse};
 use crate::error::Result;
-use crate::service::snapshot::SnapshotFile;
-use crate::store::MvccStore;
 
-/// The store as the services and the state machine share it.
-pub type SharedStore = Arc<RwLock<MvccStore>>;
+/// A point-in-time copy of a member's store, written out in etcd's snapshot file format by the consensus
+/// layer (see [`crate::snapshot`]). `Maintenance.Snapshot` streams it and relies only on its last 32
+/// bytes being the SHA-256 digest of the rest (which is what `etcdctl snapshot save` checks, with the
+/// size being 32 modulo 512).
+#[derive(Debug)]
+pub struct SnapshotFile {
+    /// Positioned at the start of the copy.
+    pub file: std::fs::File,
+    /// Bytes in the file, the digest included.
+    pub size: u64,
+}
 
 /// What the Raft layer tells about itself, for `Maintenance.Status`.
 #[derive(Clone, Debug, Default)]

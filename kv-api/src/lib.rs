@@ -48,9 +48,9 @@ pub mod watch;
 
 pub use backend::{Backend, BackendError, Bucket, MemBackend, WriteBatch};
 pub use command::{Command, CommandResponse};
-pub use consensus::{Consensus, RaftStatus, SharedStore};
+pub use consensus::{Consensus, RaftStatus};
 pub use error::{Error, Result};
-pub use store::MvccStore;
+pub use store::{MvccStore, SharedStore};
 
 /// The etcd version this server emulates, reported by `Maintenance.Status` unless configured otherwise:
 /// etcd 3.6, the line Kubernetes 1.34-1.36 deploys (kube-apiserver enables watch progress requests from

@@ -6,7 +6,7 @@ use std::path::PathBuf;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 
-use kv_api::service::snapshot::SnapshotFile;
+use kv_api::consensus::SnapshotFile;
 use kv_api::{Command, CommandResponse, Error, RaftStatus};
 use openraft::ServerState;
 use proto::etcdserverpb as pb;

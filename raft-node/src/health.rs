@@ -14,8 +14,8 @@
 
 use std::time::Duration;
 
-use kv_api::consensus::SharedStore;
 use kv_api::Consensus;
+use kv_api::SharedStore;
 use proto::etcdserverpb as pb;
 use tracing::warn;
 

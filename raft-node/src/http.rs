@@ -15,8 +15,8 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use http::{header, HeaderValue, Method, Request, Response, StatusCode};
-use kv_api::consensus::SharedStore;
 use kv_api::Consensus;
+use kv_api::SharedStore;
 use openraft::ServerState;
 use proto::etcdserverpb as pb;
 use tonic::body::Body;

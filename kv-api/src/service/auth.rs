@@ -13,9 +13,10 @@ use super::auth_request::{as_caller, caller, token_of};
 use crate::auth::token::TokenTable;
 use crate::auth::{no_password, AuthCommand, AuthOutcome, Caller};
 use crate::command::{Command, CommandResponse};
-use crate::consensus::{Consensus, SharedStore};
+use crate::consensus::Consensus;
 use crate::error::{Error, Result};
 use crate::service::{current_header, ApiConfig};
+use crate::store::SharedStore;
 use crate::validate;
 
 /// Stands for a client's `hashed_password` that is not base64 (see `user_change_password`).

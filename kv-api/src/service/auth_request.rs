@@ -3,8 +3,9 @@
 
 use crate::auth::{Caller, CERT_COMMON_NAME_METADATA, CERT_USER_PREFIX, TOKEN_METADATA, TOKEN_METADATA_GATEWAY};
 use crate::command::Command;
-use crate::consensus::{Consensus, SharedStore};
+use crate::consensus::Consensus;
 use crate::error::{Error, Result};
+use crate::store::SharedStore;
 
 /// The credential a request carries: the `token` metadata, or the gateway's `authorization` header, or,
 /// without either, the Common Name of its verified client certificate (as etcd's `AuthInfoFromTLS`).

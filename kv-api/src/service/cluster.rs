@@ -5,7 +5,8 @@ use std::sync::Arc;
 use proto::etcdserverpb as pb;
 use tonic::{Request, Response, Status};
 
-use crate::consensus::{Consensus, SharedStore};
+use crate::consensus::Consensus;
+use crate::store::SharedStore;
 
 pub struct ClusterService<C> {
     consensus: Arc<C>,

@@ -9,8 +9,9 @@ use tonic::{Request, Response, Status};
 use super::{fill_header, ApiConfig};
 use crate::auth::Caller;
 use crate::command::{Command, CommandResponse};
-use crate::consensus::{Consensus, SharedStore};
+use crate::consensus::Consensus;
 use crate::error::{Error, Result};
+use crate::store::SharedStore;
 use crate::validate;
 
 pub struct KvService<C> {

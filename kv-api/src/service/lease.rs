@@ -9,9 +9,10 @@ use proto::etcdserverpb as pb;
 use tonic::{Request, Response, Status, Streaming};
 
 use crate::command::{Command, CommandResponse};
-use crate::consensus::{Consensus, SharedStore};
+use crate::consensus::Consensus;
 use crate::error::{Error, Result};
 use crate::service::{current_header, fill_header, ApiConfig};
+use crate::store::SharedStore;
 
 use crate::lease::MAX_LEASE_TTL;
 

@@ -23,9 +23,10 @@ use tonic::metadata::MetadataMap;
 use tonic::{Request, Status};
 
 use super::kv::KvService;
-use crate::consensus::{Consensus, SharedStore};
+use crate::consensus::Consensus;
 use crate::error::Error;
 use crate::service::lease::LeaseService;
+use crate::store::SharedStore;
 use crate::watch::hub::{mod_revision, WatcherKey};
 use crate::watch::{WatchHub, WatchRange};
 

@@ -8,8 +8,9 @@ use tonic::{Request, Response, Status};
 use super::snapshot::{self, SnapshotStream};
 use super::{current_header, fill_header, ApiConfig};
 use crate::command::{Command, CommandResponse};
-use crate::consensus::{Consensus, SharedStore};
+use crate::consensus::Consensus;
 use crate::error::{Error, Result};
+use crate::store::SharedStore;
 use crate::{alarm, downgrade, hash};
 
 pub struct MaintenanceService<C> {

@@ -18,7 +18,8 @@ mod watch_stream;
 
 use proto::etcdserverpb as pb;
 
-use crate::consensus::{Consensus, SharedStore};
+use crate::consensus::Consensus;
+use crate::store::SharedStore;
 
 /// Completes a header from apply (which carries only a revision): identity and term from consensus, and
 /// the current store revision when apply left it 0.

@@ -8,8 +8,9 @@ use tracing::warn;
 
 use crate::alarm;
 use crate::command::Command;
-use crate::consensus::{Consensus, SharedStore};
+use crate::consensus::Consensus;
 use crate::error::{Error, Result};
+use crate::store::SharedStore;
 
 /// etcd's default quota (`--quota-backend-bytes` 0): 2 GiB.
 pub const DEFAULT_QUOTA_BYTES: u64 = 2 * 1024 * 1024 * 1024;

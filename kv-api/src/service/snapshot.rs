@@ -9,23 +9,13 @@ use proto::etcdserverpb as pb;
 use tokio::io::AsyncReadExt;
 use tonic::Status;
 
+use crate::consensus::SnapshotFile;
 use crate::error::Error;
 
 /// etcd's `snapshotSendBufferSize`.
 pub const CHUNK_BYTES: u64 = 32 * 1024;
 /// The SHA-256 digest that ends every snapshot.
 pub const DIGEST_BYTES: u64 = 32;
-
-/// A point-in-time copy of a member's store, written out in the snapshot format of the consensus layer.
-/// The stream only relies on its last [`DIGEST_BYTES`] being the SHA-256 digest of the rest (which is
-/// what `etcdctl snapshot save` checks, with the size being 32 modulo 512).
-#[derive(Debug)]
-pub struct SnapshotFile {
-    /// Positioned at the start of the copy.
-    pub file: std::fs::File,
-    /// Bytes in the file, the digest included.
-    pub size: u64,
-}
 
 pub type SnapshotStream = Pin<Box<dyn Stream<Item = Result<pb::SnapshotResponse, Status>> + Send>>;
 

@@ -9,8 +9,9 @@ use tokio_stream::wrappers::ReceiverStream;
 use tonic::{Request, Response, Status, Streaming};
 
 use super::watch_stream::{EndFuture, WatchStream};
-use crate::consensus::{Consensus, SharedStore};
+use crate::consensus::Consensus;
 use crate::error::Error;
+use crate::store::SharedStore;
 use crate::watch::{WatchConfig, WatchHub};
 
 /// etcd's gRPC metadata asking that the stream fail when the member has no leader.

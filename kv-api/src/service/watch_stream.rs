@@ -20,8 +20,9 @@ use tokio::sync::{mpsc, Notify};
 use tonic::{Status, Streaming};
 use tracing::debug;
 
-use crate::consensus::{Consensus, SharedStore};
+use crate::consensus::Consensus;
 use crate::error::Error;
+use crate::store::SharedStore;
 use crate::watch::hub::{mod_revision, WatchHub, WatchRange, WatcherKey};
 use crate::watch::watcher::{by_revision, fill_prev_kv, fragments, truncate_batch, Watcher, CATCH_UP_REVISIONS};
 use crate::watch::WatchConfig;

@@ -77,6 +77,9 @@ impl WriteTxn {
     }
 }
 
+/// The store as the services and the state machine share it.
+pub type SharedStore = Arc<parking_lot::RwLock<MvccStore>>;
+
 /// The MVCC key-value store of one member.
 pub struct MvccStore {
     backend: Arc<dyn Backend>,
