@@ -9,7 +9,7 @@ use parking_lot::RwLock;
 /// The buckets the store keeps.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub enum Bucket {
-    /// Revision (16 bytes, big-endian) → an encoded [`crate::store::StoredKv`].
+    /// Revision (16 bytes, big-endian) → a kind byte (put or tombstone) and the encoded `KeyValue`.
     Key,
     /// Bookkeeping: the compacted revision, and whatever the embedding layer adds (the applied log id).
     Meta,
