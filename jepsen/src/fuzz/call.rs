@@ -158,7 +158,7 @@ struct HeaderOnly {
 
 /// The fields of a watch response that do not depend on timing or ids: created/canceled, the watch id
 /// (per stream, so the same on both), why it was canceled and the compaction it hit.
-fn watch_detail(response: &pb::WatchResponse, requested: Option<i64>) -> String {
+pub fn watch_detail(response: &pb::WatchResponse, requested: Option<i64>) -> String {
     let watch_id = match requested {
         Some(id) if id == response.watch_id => "requested".to_string(),
         _ => response.watch_id.to_string(),

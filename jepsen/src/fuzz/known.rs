@@ -13,6 +13,17 @@
 //! the same in later releases), and 3.5.1 panics activating an alarm of an unknown type
 //! ("unimplemented alarm activation"). There is no etcd answer to compare those with: they are held
 //! back and ours' answers are listed apart.
+//!
+//! etcd 3.6 refuses a RoleGrantPermission whose range is not one (server/auth/store.go
+//! `RoleGrantPermission`, range_perm_cache.go `isValidPermissionRange`, etcd-io/etcd 65eeb7ff1): an empty
+//! key, or a `range_end` neither empty, nor `\0`, nor above the key. 3.5.1 grants it, and its roles part
+//! from ours for good; such a grant is held back and answered as 3.6. As for the sort options, only when
+//! 3.6 would get that far, in its order: the token (`processInternalRaftRequestOnce`), the request size,
+//! the admin check (`authApplierV3.Apply`), the missing permission, then the range. The checks before the
+//! range need etcd's auth state (is the token still valid, does the user hold the root role), so etcd is
+//! asked: the same request without its permission runs them all in 3.5.1 too, changes nothing, and is
+//! refused "permission not given" only when it got past them ([`grant_probe`], [`grant_refusal`]). Refused
+//! earlier, the grant itself goes to etcd, which refuses it the same way.
 
 use prost_reflect::{DynamicMessage, Value};
 use tonic::Code;
@@ -23,6 +34,11 @@ use super::request::Request;
 /// etcd's `--max-request-bytes` default plus the 512 KiB it lets gRPC take beyond it: a larger message is
 /// refused by gRPC itself before any handler check.
 const MAX_RECEIVE_BYTES: usize = 1024 * 1024 * 3 / 2 + 512 * 1024;
+/// etcd's `--max-request-bytes` default: a larger raft request is refused before the admin check.
+const MAX_REQUEST_BYTES: usize = 1024 * 1024 * 3 / 2;
+/// What etcd adds to a request before it compares the raft request's size with the limit (its header),
+/// with room to spare.
+const RAFT_HEADER_ROOM: usize = 1024;
 /// etcd's `--max-txn-ops` default.
 const MAX_TXN_OPS: usize = 128;
 
@@ -42,8 +58,10 @@ pub fn has_unknown_sort(request: &Request) -> bool {
 /// A request etcd 3.5.1 cannot take.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Known {
-    /// Later releases answer this.
+    /// etcd 3.5.1 crashes on it; later releases answer this.
     AnswerToday(Answer),
+    /// etcd 3.5.1 takes it and changes its store, where etcd 3.6 refuses it thus.
+    AnswerAs36(Answer),
     /// etcd crashes on it; why.
     NoAnswer(&'static str),
 }
@@ -89,6 +107,39 @@ fn etcd_answer_today(request: &Request, wire_len: usize) -> Option<Answer> {
     // A request with an unknown sort option always fails one of the checks.
     let message = refusal.unwrap_or(INVALID_SORT);
     Some(Answer::Status { code: Code::InvalidArgument, message: message.to_string() })
+}
+
+/// For a RoleGrantPermission whose range 3.6 refuses, its probe: the same request without its
+/// permission. `None` for other requests, and for a grant too large for etcd (refused before any auth
+/// check, by 3.5.1 as by 3.6).
+pub fn grant_probe(request: &Request, wire_len: usize) -> Option<Request> {
+    if request.method.name != "RoleGrantPermission" || wire_len + RAFT_HEADER_ROOM > MAX_REQUEST_BYTES {
+        return None;
+    }
+    let perm = message(&request.message, "perm")?;
+    if valid_permission_range(&bytes_field(perm, "key"), &bytes_field(perm, "range_end")) {
+        return None;
+    }
+    let mut probe = request.clone();
+    probe.message.clear_field_by_name("perm");
+    Some(probe)
+}
+
+/// What stands in for etcd's answer to a grant [`grant_probe`] picked, from etcd's answer to the probe:
+/// 3.6's refusal when the probe got as far as the missing permission; `None` when an earlier check
+/// refused it.
+pub fn grant_refusal(probe_answer: &Answer) -> Option<Known> {
+    let got_that_far = matches!(probe_answer, Answer::Status { code: Code::InvalidArgument, message }
+        if message == "etcdserver: permission not given");
+    got_that_far.then(|| {
+        let message = "etcdserver: invalid auth management".to_string();
+        Known::AnswerAs36(Answer::Status { code: Code::InvalidArgument, message })
+    })
+}
+
+/// etcd 3.6's `isValidPermissionRange`.
+fn valid_permission_range(key: &[u8], range_end: &[u8]) -> bool {
+    !key.is_empty() && (range_end.is_empty() || key < range_end || range_end == b"\0")
 }
 
 const EMPTY_KEY: &str = "etcdserver: key is not provided";
@@ -268,5 +319,40 @@ mod tests {
         assert_eq!(alarm(1, 1), None);
         assert_eq!(alarm(2, 1000), None);
         assert_eq!(alarm(0, 7), None);
+    }
+
+    #[test]
+    fn grants_of_ranges_3_6_refuses_are_probed_without_their_permission() {
+        let catalog = Catalog::load().expect("descriptors");
+        let method = catalog.method("etcdserverpb.Auth", "RoleGrantPermission").expect("RoleGrantPermission");
+        let grant = |perm: Option<(&'static [u8], &'static [u8])>| {
+            let mut message = build(&catalog, "etcdserverpb.AuthRoleGrantPermissionRequest", &[]);
+            message.set_field_by_name("name", Value::String("r1".into()));
+            if let Some((key, range_end)) = perm {
+                let fields = [
+                    ("key", Value::Bytes(Bytes::from_static(key))),
+                    ("range_end", Value::Bytes(Bytes::from_static(range_end))),
+                ];
+                message.set_field_by_name("perm", Value::Message(build(&catalog, "authpb.Permission", &fields)));
+            }
+            Request { method: method.clone(), message, caller: Caller::User(0), invalid_utf8_field: None }
+        };
+        let probed = |perm| grant_probe(&grant(perm), 100).map(|probe| probe.message.has_field_by_name("perm"));
+        for refused in [(&b""[..], &b""[..]), (b"", b"\0"), (b"k5", b"k1"), (b"k5", b"k5"), (b"k5", b"\0\0")] {
+            assert_eq!(probed(Some(refused)), Some(false), "{refused:?}");
+        }
+        for valid in [(&b"k5"[..], &b""[..]), (b"k5", b"\0"), (b"k5", b"k6"), (b"\0", b"\0")] {
+            assert_eq!(probed(Some(valid)), None, "{valid:?}");
+        }
+        assert_eq!(probed(None), None);
+        assert!(grant_probe(&grant(Some((b"k5", b"k1"))), MAX_REQUEST_BYTES).is_none());
+
+        let status = |code, message: &str| Answer::Status { code, message: message.to_string() };
+        assert_eq!(
+            grant_refusal(&status(Code::InvalidArgument, "etcdserver: permission not given")),
+            Some(Known::AnswerAs36(status(Code::InvalidArgument, "etcdserver: invalid auth management")))
+        );
+        assert_eq!(grant_refusal(&status(Code::PermissionDenied, "etcdserver: permission denied")), None);
+        assert_eq!(grant_refusal(&status(Code::InvalidArgument, "etcdserver: user name is empty")), None);
     }
 }

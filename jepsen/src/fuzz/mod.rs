@@ -12,7 +12,8 @@
 //!   universes; [`value`]: edge values; [`generate`]: seeded requests; [`request`]: one request, its wire
 //!   bytes and its JSON.
 //! - [`call`]: raw unary and stream calls and their [`call::Answer`]; [`known`]: etcd's answers for the
-//!   requests etcd 3.5.1 cannot take; [`auth`]: the auth-on setup and each server's tokens.
+//!   requests etcd 3.5.1 cannot take (or should not: 3.6 refuses them); [`etcd36`]: etcd 3.6's answers
+//!   where they differ from 3.5.1's; [`auth`]: the auth-on setup and each server's tokens.
 //! - [`alarm`]: raised alarms cleared again after a few requests; [`compare`]: when two answers are the
 //!   same; [`report`]: classes, table, `fuzz.json`.
 
@@ -21,6 +22,7 @@ pub mod auth;
 pub mod call;
 pub mod catalog;
 pub mod compare;
+pub mod etcd36;
 pub mod generate;
 pub mod known;
 pub mod names;
@@ -40,18 +42,25 @@ use self::auth::Tokens;
 use self::call::{Answer, Call};
 use self::catalog::{Catalog, Shape};
 use self::compare::{Drift, Verdict};
+use self::etcd36::WatchChange;
 use self::generate::Generator;
 use self::known::Known;
 use self::options::FuzzOptions;
 use self::report::{Crash, Report, RunTotals, Seen};
 use self::request::{Caller, Request};
-use self::server::{Server, Side};
+use self::server::{Binaries, Server, Side};
 use crate::error::{Error, Result};
 
 /// How long a server that answered like a dropped connection may take to finish dying.
 const CRASH_GRACE: Duration = Duration::from_secs(2);
 /// What both servers answer for a token they do not know (or no longer know).
 const INVALID_TOKEN: &str = "invalid auth token";
+/// After etcd's answer in a difference: it comes from [`known`], etcd 3.5.1 crashing on the request.
+const FROM_TABLE: &str = " [from the table]";
+/// After etcd's answer in a difference: it is etcd 3.6's, not 3.5.1's ([`etcd36`], [`known`]).
+const AS_ETCD36: &str = " [as etcd 3.6]";
+/// After etcd's answer in a difference: etcd was sent the request without its token (auth off).
+const TOKEN_IGNORED: &str = " [token left off, as etcd 3.6]";
 /// How many lines of a crashed server's log go into the report.
 const LOG_TAIL_LINES: usize = 40;
 
@@ -108,36 +117,6 @@ fn create_dir(opts: &FuzzOptions) -> Result<PathBuf> {
     Ok(dir)
 }
 
-/// The server binaries of the targets that run.
-struct Binaries {
-    ours: Option<PathBuf>,
-    etcd: Option<PathBuf>,
-}
-
-impl Binaries {
-    fn find(opts: &FuzzOptions) -> Result<Binaries> {
-        let ours = if opts.target.ours() { Some(opts.server_bin()?) } else { None };
-        let etcd = opts.target.etcd().then(|| opts.etcd_bin());
-        if let Some(path) = ours.as_ref().filter(|p| !p.is_file()) {
-            return Err(Error::Setup(format!("{} is missing: run `cargo build -p raft-node`", path.display())));
-        }
-        if let Some(path) = etcd.as_ref().filter(|p| !p.is_file()) {
-            return Err(Error::Setup(format!(
-                "{} is missing: run scripts/test (it downloads etcd 3.5.1), or give --etcd-bin",
-                path.display()
-            )));
-        }
-        Ok(Binaries { ours, etcd })
-    }
-}
-
-async fn start(side: Side, binary: Option<&PathBuf>, root: &Path) -> Result<Option<Server>> {
-    match binary {
-        Some(binary) => Server::start(side, binary, root).await.map(Some),
-        None => Ok(None),
-    }
-}
-
 /// One seed in one auth mode, on fresh servers.
 struct Session<'a> {
     opts: &'a FuzzOptions,
@@ -149,6 +128,8 @@ struct Session<'a> {
     /// The auth setup's requests, replayed on a restarted etcd.
     setup: Vec<Request>,
     drift: Drift,
+    /// Whether etcd has auth on, as its answers tell.
+    etcd_auth: bool,
     totals: RunTotals,
     previous: Option<Request>,
     /// Requests clearing raised alarms, each with the request number before which it is sent.
@@ -164,10 +145,7 @@ impl<'a> Session<'a> {
         auth: bool,
         root: &Path,
     ) -> Result<Session<'a>> {
-        let (ours, etcd) = tokio::join!(
-            start(Side::Ours, binaries.ours.as_ref(), root),
-            start(Side::Etcd, binaries.etcd.as_ref(), root)
-        );
+        let (ours, etcd) = tokio::join!(binaries.start(Side::Ours, root), binaries.start(Side::Etcd, root));
         let (ours, etcd) = (ours?, etcd?);
         info!(seed, auth, "servers ready");
         Ok(Session {
@@ -179,6 +157,7 @@ impl<'a> Session<'a> {
             tokens: Tokens::default(),
             setup: Vec::new(),
             drift: Drift::default(),
+            etcd_auth: false,
             totals: RunTotals { seed, auth, ..RunTotals::default() },
             previous: None,
             alarm_clears: Vec::new(),
@@ -266,20 +245,14 @@ impl<'a> Session<'a> {
     /// Sends one request to both servers and records what differs. `false` when ours crashed.
     async fn step(&mut self, request: &Request, index: u64, label: &str, report: &mut Report) -> Result<bool> {
         let body = request.encode();
-        let held_back = match &self.etcd {
-            Some(_) if !self.opts.send_known_crashes => known::known(request, body.len()),
-            _ => None,
-        };
-        let table = match &held_back {
-            Some(Known::AnswerToday(answer)) => Some(answer.clone()),
-            _ => None,
-        };
         let timeout =
             if request.method.shape == Shape::Unary { self.opts.timeout() } else { self.opts.stream_timeout() };
+        let held_back = self.hold_back(request, &body).await;
+        let token_ignored = etcd36::ignores_token(self.etcd_auth, self.tokens.token(Side::Etcd, request.caller));
         let this = &*self;
         let etcd_future = async {
             match &held_back {
-                Some(Known::AnswerToday(answer)) => Some(answer.clone()),
+                Some(Known::AnswerToday(answer) | Known::AnswerAs36(answer)) => Some(answer.clone()),
                 Some(Known::NoAnswer(_)) => None,
                 None => this.ask(Side::Etcd, request, body.clone(), timeout).await,
             }
@@ -297,7 +270,7 @@ impl<'a> Session<'a> {
             "answered"
         );
         let seen = Seen { seed: self.totals.seed, auth: self.totals.auth, index };
-        self.count(held_back.is_some(), etcd_answer.as_ref(), ours_answer.as_ref());
+        self.count(held_back.as_ref(), token_ignored, etcd_answer.as_ref(), ours_answer.as_ref());
 
         if let Some(answer) = &ours_answer {
             if self.died(Side::Ours, answer).await {
@@ -314,22 +287,37 @@ impl<'a> Session<'a> {
                 self.restart_etcd(report).await?;
                 return Ok(true);
             }
+            self.follow_etcd_auth(request, answer);
         }
         if let (Some(Known::NoAnswer(reason)), Some(ours)) = (&held_back, &ours_answer) {
             self.drift.reset();
             report.add_uncompared(label, reason, compare::describe(ours), request, seen);
         }
+        let mut source = match &held_back {
+            Some(Known::AnswerToday(_)) => FROM_TABLE,
+            Some(Known::AnswerAs36(_)) => AS_ETCD36,
+            _ if token_ignored => TOKEN_IGNORED,
+            _ => "",
+        };
+        let etcd_answer = match (etcd_answer, &held_back) {
+            (Some(answer), None) => match self.watch_as_36(request, &answer).await {
+                Some(translated) => {
+                    source = AS_ETCD36;
+                    Some(translated)
+                }
+                None => Some(answer),
+            },
+            (answer, _) => answer,
+        };
         if let (Some(etcd), Some(ours)) = (etcd_answer, ours_answer) {
-            if table.is_some() {
+            if held_back.is_some() {
                 // etcd's store did not see this request: its revision is no guide for the next one.
                 self.drift.reset();
             }
             if let Verdict::Differ { etcd: mut etcd_text, ours: ours_text } =
                 compare::compare(&etcd, &ours, &mut self.drift)
             {
-                if table.is_some() {
-                    etcd_text.push_str(" [from the table]");
-                }
+                etcd_text.push_str(source);
                 let token_trouble = etcd_text.contains(INVALID_TOKEN) != ours_text.contains(INVALID_TOKEN);
                 self.totals.differences += 1;
                 report.add_difference(label, etcd_text, ours_text, request, seen);
@@ -341,6 +329,63 @@ impl<'a> Session<'a> {
         Ok(true)
     }
 
+    /// Whether the request is held back from etcd, and what stands in for its answer: etcd 3.5.1 crashes
+    /// on it, or it is a grant 3.6 refuses that got past the checks before (see [`known`]).
+    async fn hold_back(&self, request: &Request, body: &Bytes) -> Option<Known> {
+        self.etcd.as_ref()?;
+        if !self.opts.send_known_crashes {
+            if let Some(known) = known::known(request, body.len()) {
+                return Some(known);
+            }
+        }
+        let probe = known::grant_probe(request, body.len())?;
+        let answer = self.ask(Side::Etcd, &probe, probe.encode(), self.opts.timeout()).await?;
+        tracing::debug!(request = %probe.readable(), answer = ?answer, "grant probe");
+        known::grant_refusal(&answer)
+    }
+
+    /// etcd 3.5.1's answer to a Watch create turned into 3.6's where they differ ([`etcd36`]), counted.
+    async fn watch_as_36(&mut self, request: &Request, answer: &Answer) -> Option<Answer> {
+        let create = etcd36::WatchCreate::of(request)?;
+        let translated = match etcd36::watch_change(&create, answer)? {
+            WatchChange::NegativeStart(translated) => {
+                self.totals.as_etcd36.watch_negative_start += 1;
+                translated
+            }
+            WatchChange::RefusedForAuth => {
+                let token = self.token(Side::Etcd, request.caller);
+                let credential = etcd36::Credential::of(request.caller, token);
+                let channel = self.etcd.as_ref()?.channel();
+                let reason = etcd36::refusal_reason(&create, credential, channel, token, self.opts.timeout()).await?;
+                self.totals.as_etcd36.watch_refused += 1;
+                create.canceled(&reason)
+            }
+        };
+        Some(translated)
+    }
+
+    /// Follows whether etcd has auth on, from its OK answers to AuthEnable and AuthDisable (a session with
+    /// auth off may turn it on, one with auth on may turn it off).
+    fn follow_etcd_auth(&mut self, request: &Request, answer: &Answer) {
+        if answer.is_ok() {
+            match request.method.name.as_str() {
+                "AuthEnable" => self.etcd_auth = true,
+                "AuthDisable" => self.etcd_auth = false,
+                _ => {}
+            }
+        }
+    }
+
+    /// The token `caller` sends to `side`: none to etcd while its auth is off, as 3.6 reads none then.
+    fn token(&self, side: Side, caller: Caller) -> Option<&str> {
+        let token = self.tokens.token(side, caller);
+        if side == Side::Etcd && etcd36::ignores_token(self.etcd_auth, token) {
+            None
+        } else {
+            token
+        }
+    }
+
     /// `side`'s answer to the request; `None` when that side does not run.
     async fn ask(&self, side: Side, request: &Request, body: Bytes, timeout: Duration) -> Option<Answer> {
         let server = match side {
@@ -348,21 +393,23 @@ impl<'a> Session<'a> {
             Side::Etcd => self.etcd.as_ref(),
         }?;
         let path = request.method.path();
-        let token = self.tokens.token(side, request.caller);
+        let token = self.token(side, request.caller);
         let shape = request.method.shape;
         let requested_watch_id = request.requested_watch_id();
         let call = Call { channel: server.channel(), path: &path, shape, body, token, timeout, requested_watch_id };
         Some(call::send(call).await)
     }
 
-    fn count(&mut self, from_table: bool, etcd: Option<&Answer>, ours: Option<&Answer>) {
+    fn count(&mut self, held_back: Option<&Known>, token_ignored: bool, etcd: Option<&Answer>, ours: Option<&Answer>) {
         let totals = &mut self.totals;
         totals.requests += 1;
-        if from_table {
-            totals.from_table += 1;
+        match held_back {
+            Some(Known::AnswerAs36(_)) => totals.as_etcd36.grant_invalid_range += 1,
+            Some(_) => totals.from_table += 1,
+            None => totals.as_etcd36.token_ignored += u64::from(token_ignored),
         }
         let answered = |a: &Answer| !matches!(a, Answer::Timeout | Answer::Ended);
-        if let Some(answer) = etcd.filter(|_| !from_table) {
+        if let Some(answer) = etcd.filter(|_| held_back.is_none()) {
             totals.etcd_answered += u64::from(answered(answer));
             totals.etcd_ok += u64::from(answer.is_ok());
         }
@@ -420,11 +467,13 @@ impl<'a> Session<'a> {
         self.drift.reset();
         let Some(etcd) = self.etcd.as_mut() else { return Ok(()) };
         etcd.restart_fresh().await?;
+        self.etcd_auth = false;
         if self.totals.auth {
             let timeout = self.opts.timeout();
-            for request in &self.setup {
-                let answer = self.ask(Side::Etcd, request, request.encode(), timeout).await;
-                if let Some(answer) = answer.filter(|a| !a.is_ok()) {
+            for request in self.setup.clone() {
+                let Some(answer) = self.ask(Side::Etcd, &request, request.encode(), timeout).await else { continue };
+                self.follow_etcd_auth(&request, &answer);
+                if !answer.is_ok() {
                     warn!(method = %request.method.label(), answer = %compare::describe(&answer), "setup on the restarted etcd");
                 }
             }

@@ -73,12 +73,27 @@ pub struct RunTotals {
     /// Requests held back from etcd because etcd 3.5.1 crashes on them: its answer taken from the table,
     /// or (no answer known) not compared.
     pub from_table: u64,
+    /// Requests whose etcd answer is etcd 3.6's rather than 3.5.1's, per rule.
+    pub as_etcd36: AsEtcd36,
     pub etcd_crashes: u64,
     pub ours_crashed: bool,
     /// Users holding a token on each side after the auth setup.
     pub etcd_tokens: usize,
     pub ours_tokens: usize,
     pub secs: f64,
+}
+
+/// How many requests each rule of [`super::etcd36`] answered as etcd 3.6.
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct AsEtcd36 {
+    /// Sent to etcd without their token, auth being off.
+    pub token_ignored: u64,
+    /// Watch creates etcd refused for auth: 3.6's watch id and cancel reason.
+    pub watch_refused: u64,
+    /// Watch creates with a negative start revision: canceled as compacted.
+    pub watch_negative_start: u64,
+    /// RoleGrantPermission of a range 3.6 refuses: held back from etcd.
+    pub grant_invalid_range: u64,
 }
 
 #[derive(Debug, Default)]
@@ -196,6 +211,24 @@ impl Report {
                 run.secs
             );
         }
+        let _ = writeln!(
+            out,
+            "answered as etcd 3.6:\n{:>6} {:>4} {:>13} {:>13} {:>13} {:>13}",
+            "seed", "auth", "token ignored", "watch refused", "watch start<0", "grant range"
+        );
+        for run in &self.runs {
+            let counts = &run.as_etcd36;
+            let _ = writeln!(
+                out,
+                "{:>6} {:>4} {:>13} {:>13} {:>13} {:>13}",
+                run.seed,
+                on_off(run.auth),
+                counts.token_ignored,
+                counts.watch_refused,
+                counts.watch_negative_start,
+                counts.grant_invalid_range
+            );
+        }
         out
     }
 
@@ -285,14 +318,17 @@ mod tests {
             report.add_difference("KV/Put", "A".into(), "B".into(), &request, seen);
         }
         report.add_difference("KV/Put", "A".into(), "C".into(), &request, seen);
-        report.add_run(RunTotals { seed: 1, differences: 4, requests: 10, ..RunTotals::default() });
+        let as_etcd36 = AsEtcd36 { watch_refused: 2, ..AsEtcd36::default() };
+        report.add_run(RunTotals { seed: 1, differences: 4, requests: 10, as_etcd36, ..RunTotals::default() });
         let text = report.render();
+        assert!(text.ends_with("     1  off             0             2             0             0\n"), "{text}");
         assert!(
             text.starts_with("DIFFERENCES: 4 in 2 classes\n#1   KV/Put  x3\n     etcd: A\n     ours: B\n"),
             "{text}"
         );
         let json = report.to_json(&json!({}), 1.0);
         assert_eq!(json["classes"][0]["count"], 3);
+        assert_eq!(json["runs"][0]["as_etcd36"]["watch_refused"], 2);
         assert_eq!(json["classes"][1]["ours"], "C");
         assert_eq!(json["classes"][0]["example"]["method"], "KV/Put");
         assert_eq!(truncate("abcdef", 3), "abc...");

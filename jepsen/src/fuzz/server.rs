@@ -1,6 +1,6 @@
 //! One single-member server as a plain child process on loopback: free ports picked by the kernel, a
 //! fresh data dir, stdout and stderr in a log file, ready once it logs "ready to serve client requests"
-//! (ours and etcd both log that line). Killed when dropped.
+//! (ours and etcd both log that line). Killed when dropped. [`Binaries`]: the binaries of the sides that run.
 
 use std::fs::OpenOptions;
 use std::net::{Ipv4Addr, TcpListener};
@@ -10,6 +10,7 @@ use std::time::{Duration, Instant};
 
 use tonic::transport::Channel;
 
+use super::options::FuzzOptions;
 use crate::client;
 use crate::error::{Error, Result};
 
@@ -30,6 +31,41 @@ impl Side {
         match self {
             Side::Ours => "ours",
             Side::Etcd => "etcd",
+        }
+    }
+}
+
+/// The server binaries of the targets that run.
+pub struct Binaries {
+    ours: Option<PathBuf>,
+    etcd: Option<PathBuf>,
+}
+
+impl Binaries {
+    pub fn find(opts: &FuzzOptions) -> Result<Binaries> {
+        let ours = if opts.target.ours() { Some(opts.server_bin()?) } else { None };
+        let etcd = opts.target.etcd().then(|| opts.etcd_bin());
+        if let Some(path) = ours.as_ref().filter(|p| !p.is_file()) {
+            return Err(Error::Setup(format!("{} is missing: run `cargo build -p raft-node`", path.display())));
+        }
+        if let Some(path) = etcd.as_ref().filter(|p| !p.is_file()) {
+            return Err(Error::Setup(format!(
+                "{} is missing: run scripts/test (it downloads etcd 3.5.1), or give --etcd-bin",
+                path.display()
+            )));
+        }
+        Ok(Binaries { ours, etcd })
+    }
+
+    /// Starts `side`'s server under `root`; `None` when that side does not run.
+    pub async fn start(&self, side: Side, root: &Path) -> Result<Option<Server>> {
+        let binary = match side {
+            Side::Ours => self.ours.as_ref(),
+            Side::Etcd => self.etcd.as_ref(),
+        };
+        match binary {
+            Some(binary) => Server::start(side, binary, root).await.map(Some),
+            None => Ok(None),
         }
     }
 }

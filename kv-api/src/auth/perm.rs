@@ -74,6 +74,14 @@ impl UserPerms {
 
 /// Whether the union of `spans` (sorted by start) covers all of `want`.
 fn covers(spans: &[Span], want: &Span) -> bool {
+    // An empty or inverted request range ([k, k), or an end before the start): etcd's interval tree only
+    // finds the grants that overlap it as intervals (start before its end, end after its start), and
+    // permits it when one does.
+    if let Some(want_end) = want.end.as_ref().filter(|end| **end <= want.start) {
+        return spans
+            .iter()
+            .any(|span| span.start < *want_end && span.end.as_ref().is_none_or(|end| *end > want.start));
+    }
     // `reached`: everything in [want.start, reached) is covered so far.
     let mut reached: Vec<u8> = want.start.clone();
     for span in spans {
@@ -90,7 +98,6 @@ fn covers(spans: &[Span], want: &Span) -> bool {
             return true;
         }
     }
-    // An empty request range ([k, k) or an end before the start) is covered by anything that got here.
     want.end.as_ref().is_some_and(|want_end| reached >= *want_end)
 }
 
@@ -145,5 +152,17 @@ mod tests {
         assert!(perms.can_write(b"zzz", b""));
         assert!(!perms.can_write(b"a", b"\0"));
         assert!(!perms.can_write(b"l", b""));
+    }
+
+    #[test]
+    fn empty_and_inverted_ranges_need_a_grant_that_straddles_them() {
+        let none = UserPerms::merge(&[]);
+        assert!(!none.can_read(b"b", b"a"), "nothing granted: an inverted range is refused, as etcd");
+        assert!(!none.can_read(b"k", b"k"));
+        let app = UserPerms::merge(&[role(&[("/app/", "/app0", Type::Read)])]);
+        assert!(app.can_read(b"/app/z", b"/app/a"), "inside the grant");
+        assert!(!app.can_read(b"/b", b"/a"), "outside it");
+        assert!(app.can_read(b"/app/k", b"/app/k"));
+        assert!(!app.can_read(b"/app/", b"/app/"), "etcd's tree needs the grant to start before the key");
     }
 }

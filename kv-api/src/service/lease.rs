@@ -85,8 +85,9 @@ impl<C: Consensus> LeaseService<C> {
         self.consensus.read_barrier().await?;
         let caller = crate::service::auth_request::caller(&*self.consensus, &self.store, token).await?;
         let lease = self.store.read().lease(req.id).cloned();
-        // As etcd 3.5: with auth on, the caller must be able to read every key on the lease.
-        if let (Some(caller), Some(lease)) = (&caller, &lease) {
+        // As etcd 3.6: with auth on, the caller must be able to read every key on the lease when it asks for
+        // the keys.
+        if let (true, Some(caller), Some(lease)) = (req.keys, &caller, &lease) {
             let store = self.store.read();
             for key in &lease.keys {
                 store.auth().check_read(caller, key, &[])?;
