@@ -176,9 +176,13 @@ impl<C: Consensus> WatchStream<C> {
         // As etcd: an empty key is the smallest key, `\0`.
         let key = if create.key.is_empty() { vec![0] } else { create.key.clone() };
         let range = WatchRange::new(key, create.range_end.clone());
-        // etcd 3.6's order: permission first, then what the watch asks for.
-        let refused = match auth_refusal(self.consensus.clone(), self.store.clone(), self.token.clone(), &create).await
-        {
+        // etcd 3.6's order: a negative start revision, the caller's permission, then the rest.
+        let refused = if create.start_revision < 0 {
+            Some(Error::Compacted.to_string())
+        } else {
+            auth_refusal(self.consensus.clone(), self.store.clone(), self.token.clone(), &create).await
+        };
+        let refused = match refused {
             Some(reason) => Some(reason),
             None if !matches!(range.range_end.as_slice(), [] | [0]) && range.key >= range.range_end => {
                 Some(EMPTY_RANGE.to_string())

@@ -4,9 +4,12 @@
 //! expectations are etcd's own; the rest are etcd 3.6's answers (3.5.1 panics on an unknown sort option
 //! and has no permission-range check).
 
+use anyhow::Context;
 use base64::Engine;
 use proto::authpb;
-use proto::etcdserverpb::{self as pb, auth_client::AuthClient, kv_client::KvClient, lease_client::LeaseClient};
+use proto::etcdserverpb::{
+    self as pb, auth_client::AuthClient, kv_client::KvClient, lease_client::LeaseClient, watch_client::WatchClient,
+};
 use tests::server::{etcd35_bin, tool_present};
 use tests::spawned::{free_ports, single_member};
 use tests::{Member, MemberConfig, ServerKind};
@@ -157,7 +160,7 @@ async fn odd_requests_get_etcds_answers_on_ours_and_on_real_etcd_35() -> anyhow:
 async fn unknown_sort_options_and_bad_permission_ranges_get_etcd_36s_answers() -> anyhow::Result<()> {
     let ours = Member::start_with(MemberConfig { kind: ServerKind::Ours, ..MemberConfig::default() }).await?;
     let channel = channel(&ours.endpoint()).await?;
-    let (mut kv, mut auth) = (KvClient::new(channel.clone()), AuthClient::new(channel));
+    let (mut kv, mut auth) = (KvClient::new(channel.clone()), AuthClient::new(channel.clone()));
     let sort = (Code::InvalidArgument, "etcdserver: invalid sort option".to_string());
     for (order, target) in [(0, 7), (-1, 0), (3, 0), (0, -5)] {
         let range =
@@ -184,5 +187,17 @@ async fn unknown_sort_options_and_bad_permission_ranges_get_etcd_36s_answers() -
     assert_eq!(answer(auth.role_grant_permission(from_key).await), (Code::Ok, String::new()));
     let role = auth.role_get(pb::AuthRoleGetRequest { role: "r".into() }).await?.into_inner();
     assert_eq!(role.perm.len(), 1, "only the valid range was granted");
+
+    // A watch from a negative revision is cancelled as compacted, before anything else (3.6).
+    use tonic::codegen::tokio_stream::{self, StreamExt};
+    let create = pb::WatchCreateRequest { key: b"k".to_vec(), start_revision: -5, ..Default::default() };
+    let request = pb::WatchRequest { request_union: Some(pb::watch_request::RequestUnion::CreateRequest(create)) };
+    let requests = tokio_stream::iter(vec![request]).chain(tokio_stream::pending());
+    let mut watch = WatchClient::new(channel.clone());
+    let first = watch.watch(requests).await?.into_inner().message().await?.context("a first response")?;
+    assert_eq!(
+        (first.created, first.canceled, first.watch_id, first.cancel_reason.as_str()),
+        (true, true, -1, "etcdserver: mvcc: required revision has been compacted")
+    );
     Ok(())
 }
