@@ -75,7 +75,14 @@ impl<C: Consensus> MaintenanceService<C> {
 #[tonic::async_trait]
 impl<C: Consensus> pb::maintenance_server::Maintenance for MaintenanceService<C> {
     async fn alarm(&self, request: Request<pb::AlarmRequest>) -> Result<Response<pb::AlarmResponse>, Status> {
-        if request.get_ref().action() != pb::alarm_request::AlarmAction::Get {
+        if request.get_ref().action() == pb::alarm_request::AlarmAction::Get {
+            // etcd 3.6: listing alarms needs a valid token and a user while auth is on.
+            let token = crate::service::auth_request::token_of(request.metadata());
+            let caller = crate::service::auth_request::caller(&*self.consensus, &self.store, token.as_deref()).await?;
+            if caller.is_some_and(|caller| caller.user.is_empty()) {
+                return Err(Error::UserEmpty.into());
+            }
+        } else {
             self.check_admin(request.metadata()).await?;
         }
         Ok(Response::new(self.alarm(request.into_inner()).await?))

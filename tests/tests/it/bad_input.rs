@@ -8,7 +8,8 @@ use anyhow::Context;
 use base64::Engine;
 use proto::authpb;
 use proto::etcdserverpb::{
-    self as pb, auth_client::AuthClient, kv_client::KvClient, lease_client::LeaseClient, watch_client::WatchClient,
+    self as pb, auth_client::AuthClient, kv_client::KvClient, lease_client::LeaseClient,
+    maintenance_client::MaintenanceClient, watch_client::WatchClient,
 };
 use tests::server::{etcd35_bin, tool_present};
 use tests::spawned::{free_ports, single_member};
@@ -116,6 +117,13 @@ async fn shared_cases(endpoint: &str) -> anyhow::Result<Vec<(&'static str, Answe
     let mut lease = LeaseClient::new(channel.clone());
     let grant = pb::LeaseGrantRequest { ttl: 600, id: 0 };
     let invalid_token = (Code::Unauthenticated, "etcdserver: invalid auth token".to_string());
+    let mut maintenance = MaintenanceClient::new(channel.clone());
+    let list = pb::AlarmRequest::default();
+    out.push((
+        "alarm list with a bad token",
+        answer(maintenance.alarm(with_token("no-such-token", list)).await),
+        invalid_token.clone(),
+    ));
     out.push((
         "lease grant with a bad token",
         answer(lease.lease_grant(with_token("no-such-token", grant)).await),
