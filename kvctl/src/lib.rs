@@ -45,7 +45,7 @@ mod tests {
     #[test]
     fn kvctl_links_neither_the_member_nor_raft_nor_sled() {
         let out = std::process::Command::new(env!("CARGO"))
-            .args(["tree", "--offline", "--package", "kvctl", "--edges", "normal", "--prefix", "none"])
+            .args(["tree", "--package", "kvctl", "--edges", "normal", "--prefix", "none"])
             .current_dir(env!("CARGO_MANIFEST_DIR"))
             .output()
             .expect("run cargo tree");
