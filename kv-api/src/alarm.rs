@@ -69,6 +69,22 @@ pub fn describe(alarm: &pb::AlarmMember) -> String {
     format!("memberID:{} alarm:{} ", alarm.member_id, kind)
 }
 
+/// Whether etcd's corrupt applier refuses the request: the key space and lease changes (and reads, which
+/// never reach apply here). Logins, user and role changes, alarms and downgrades still apply, so that a
+/// client can log in and an operator can act on a corrupt cluster.
+pub fn refused_when_corrupt(command: &crate::Command) -> bool {
+    use crate::Command;
+    matches!(
+        command.inner(),
+        Command::Put(_)
+            | Command::DeleteRange(_)
+            | Command::Txn(_)
+            | Command::Compact(_)
+            | Command::LeaseGrant(_)
+            | Command::LeaseRevoke(_)
+    )
+}
+
 /// Whether a request would take space: what etcd's quota charges for (a put, a txn with a put among its
 /// top-level operations, a lease grant). Nested txns are not charged, as in etcd.
 pub fn takes_space(command: &crate::Command) -> bool {

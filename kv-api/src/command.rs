@@ -98,8 +98,8 @@ impl Command {
                 AuthCommand::Disable => (8, Vec::new()),
                 AuthCommand::Authenticate { name, token } => {
                     let mut out = Vec::new();
-                    put_str(&mut out, name);
-                    put_str(&mut out, token);
+                    put_bytes(&mut out, name);
+                    put_bytes(&mut out, token.as_bytes());
                     (9, out)
                 }
                 AuthCommand::UserAdd(req) => (10, req.encode_to_vec()),
@@ -115,7 +115,7 @@ impl Command {
             Command::AsUser(caller, inner) => {
                 let (tag, bytes) = inner.tag_and_bytes();
                 let mut out = Vec::with_capacity(caller.user.len() + bytes.len() + 13);
-                put_str(&mut out, &caller.user);
+                put_bytes(&mut out, &caller.user);
                 out.extend_from_slice(&caller.auth_revision.to_be_bytes());
                 out.push(tag);
                 out.extend_from_slice(&bytes);
@@ -139,7 +139,7 @@ impl Command {
             8 => Ok(Command::Auth(AuthCommand::Disable)),
             9 => {
                 let mut rest = bytes;
-                let name = take_str(&mut rest)?;
+                let name = take_bytes(&mut rest)?;
                 let token = take_str(&mut rest)?;
                 return Ok(Command::Auth(AuthCommand::Authenticate { name, token }));
             }
@@ -157,7 +157,7 @@ impl Command {
                 .map(|r| Command::Auth(AuthCommand::RoleRevokePermission(r))),
             19 => {
                 let mut rest = bytes;
-                let user = take_str(&mut rest)?;
+                let user = take_bytes(&mut rest)?;
                 let revision = rest.get(..8).ok_or("truncated caller")?;
                 let auth_revision = u64::from_be_bytes(revision.try_into().map_err(|_| "truncated caller")?);
                 let (&tag, inner) = rest[8..].split_first().ok_or("truncated caller")?;
@@ -170,20 +170,24 @@ impl Command {
     }
 }
 
-/// Appends a length-prefixed string.
-fn put_str(out: &mut Vec<u8>, text: &str) {
+/// Appends a length-prefixed byte string (a name or a token).
+fn put_bytes(out: &mut Vec<u8>, text: &[u8]) {
     out.extend_from_slice(&(text.len() as u32).to_be_bytes());
-    out.extend_from_slice(text.as_bytes());
+    out.extend_from_slice(text);
 }
 
-/// Takes a string [`put_str`] wrote off the front of `bytes`.
-fn take_str(bytes: &mut &[u8]) -> Result<String, String> {
+/// Takes a byte string [`put_bytes`] wrote off the front of `bytes`.
+fn take_bytes(bytes: &mut &[u8]) -> Result<Vec<u8>, String> {
     let len = bytes.get(..4).ok_or("truncated string")?;
     let len = u32::from_be_bytes(len.try_into().map_err(|_| "truncated string")?) as usize;
-    let text = bytes.get(4..4 + len).ok_or("truncated string")?;
-    let text = String::from_utf8(text.to_vec()).map_err(|_| "a string that is not UTF-8")?;
+    let text = bytes.get(4..4 + len).ok_or("truncated string")?.to_vec();
     *bytes = &bytes[4 + len..];
     Ok(text)
+}
+
+/// Takes a UTF-8 string [`put_bytes`] wrote (a token, which this member generated).
+fn take_str(bytes: &mut &[u8]) -> Result<String, String> {
+    String::from_utf8(take_bytes(bytes)?).map_err(|_| "a token that is not UTF-8".to_string())
 }
 
 /// Bytes that serialize as one byte string.

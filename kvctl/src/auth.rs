@@ -24,7 +24,7 @@ pub async fn authenticate(
     timeout: Duration,
 ) -> Result<AuthToken, CliError> {
     let mut client = pb::auth_client::AuthClient::new(channel);
-    let request = pb::AuthenticateRequest { name, password };
+    let request = pb::AuthenticateRequest { name: name.into(), password: password.into() };
     let answer = tokio::time::timeout(timeout, client.authenticate(request)).await;
     match answer {
         Ok(Ok(resp)) => {

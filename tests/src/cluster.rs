@@ -52,12 +52,22 @@ pub struct ClusterConfig {
     pub snapshot_count: Option<u64>,
     /// More flags every member gets, passed as given.
     pub extra_args: Vec<String>,
+    /// The user and password the harness's Status probes log in with: for clusters that start with auth
+    /// enabled (restored from a snapshot), since etcd 3.6 answers Status only to a user then.
+    pub credentials: Option<(String, String)>,
 }
 
 impl ClusterConfig {
     /// `size` members of the `KV_TEST_SERVER` kind with default flags.
     pub fn new(size: usize) -> ClusterConfig {
-        ClusterConfig { kind: ServerKind::from_env(), size, timing: None, snapshot_count: None, extra_args: Vec::new() }
+        ClusterConfig {
+            kind: ServerKind::from_env(),
+            size,
+            timing: None,
+            snapshot_count: None,
+            extra_args: Vec::new(),
+            credentials: None,
+        }
     }
 }
 
@@ -114,6 +124,9 @@ impl Cluster {
             let cluster_args = cluster.cluster_args(&initial_cluster, "new");
             for (name, pair) in names.iter().zip(ports.chunks(2)) {
                 let mut member = ClusterMember::create(config.kind, name, pair[0], pair[1], &cluster_args)?;
+                if let Some((user, password)) = &config.credentials {
+                    member.set_credentials(user, password);
+                }
                 let peer_url = member.peer_url();
                 let data_dir = member.data_dir();
                 let token = cluster.token.clone();
@@ -167,6 +180,15 @@ impl Cluster {
 
     pub fn members(&self) -> &[ClusterMember] {
         &self.members
+    }
+
+    /// Every member's Status probe logs in as `user` from now on (needed once auth is enabled), members
+    /// added later too.
+    pub fn set_credentials(&mut self, user: &str, password: &str) {
+        self.config.credentials = Some((user.to_string(), password.to_string()));
+        for member in &mut self.members {
+            member.set_credentials(user, password);
+        }
     }
 
     /// The indexes of the members whose process is alive (paused ones included).
@@ -272,6 +294,9 @@ impl Cluster {
         let cluster_args = self.cluster_args(&initial_cluster, &state);
         let mut member = ClusterMember::spawn(self.config.kind, &name, ports[0], ports[1], &cluster_args)?;
         member.learner = learner;
+        if let Some((user, password)) = &self.config.credentials {
+            member.set_credentials(user, password);
+        }
         self.members.push(member);
         let index = self.members.len() - 1;
         self.members[index].wait_serving().await?;

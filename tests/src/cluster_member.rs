@@ -58,6 +58,12 @@ pub struct ClusterMember {
     paused: bool,
     /// Added as a learner and not promoted (through [`crate::Cluster::promote`]) since.
     pub(crate) learner: bool,
+    /// The user and password [`ClusterMember::status`] logs in with, once a test enabled auth (etcd 3.6
+    /// answers Status only to a user then).
+    credentials: Option<(String, String)>,
+    /// The logged-in client of those probes, kept: every login is a Raft entry (on etcd too), so a
+    /// login per probe would move the raft index the probes wait to see agree.
+    status_client: tokio::sync::Mutex<Option<Client>>,
 }
 
 impl ClusterMember {
@@ -96,6 +102,8 @@ impl ClusterMember {
             child: Mutex::new(None),
             paused: false,
             learner: false,
+            credentials: None,
+            status_client: tokio::sync::Mutex::new(None),
         };
         let (client, peer) = (member.client_url(), member.peer_url());
         member.args = vec![
@@ -263,12 +271,29 @@ impl ClusterMember {
         Ok(Client::connect([self.endpoint()], Some(options)).await?)
     }
 
+    /// Logs [`ClusterMember::status`] in as `user` from now on.
+    pub fn set_credentials(&mut self, user: &str, password: &str) {
+        self.credentials = Some((user.to_string(), password.to_string()));
+    }
+
     /// Maintenance.Status of this member, failing after a short timeout.
     pub async fn status(&self) -> anyhow::Result<MemberStatus> {
         let probe = async {
             let options = ConnectOptions::new().with_connect_timeout(STATUS_TIMEOUT).with_timeout(STATUS_TIMEOUT);
-            let mut client = Client::connect([self.endpoint()], Some(options)).await?;
-            let status = client.status().await?;
+            let status = match &self.credentials {
+                None => Client::connect([self.endpoint()], Some(options)).await?.status().await?,
+                Some((user, password)) => {
+                    let mut kept = self.status_client.lock().await;
+                    let mut client = match kept.take() {
+                        Some(client) => client,
+                        None => Client::connect([self.endpoint()], Some(options.with_user(user, password))).await?,
+                    };
+                    // Kept only while it works: a restarted member forgets the token.
+                    let status = client.status().await?;
+                    *kept = Some(client);
+                    status
+                }
+            };
             let header = status.header().context("Status response without a header")?;
             anyhow::Ok(MemberStatus {
                 member_id: header.member_id(),

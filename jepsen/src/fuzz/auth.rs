@@ -34,7 +34,7 @@ pub fn setup_requests(catalog: &Catalog, rng: &mut StdRng) -> Result<Vec<Request
     push("UserAdd", user_add("root").encode_to_vec())?;
     push("UserGrantRole", grant_role("root", "root").encode_to_vec())?;
     for (user, role) in USERS.iter().zip(ROLES).skip(1) {
-        push("RoleAdd", pb::AuthRoleAddRequest { name: role.to_string() }.encode_to_vec())?;
+        push("RoleAdd", pb::AuthRoleAddRequest { name: role.into() }.encode_to_vec())?;
         for _ in 0..rng.gen_range(1..=2) {
             let key = KEYS[rng.gen_range(0..KEYS.len())];
             let range_end = match rng.gen_range(0..3) {
@@ -45,7 +45,7 @@ pub fn setup_requests(catalog: &Catalog, rng: &mut StdRng) -> Result<Vec<Request
             let perm = authpb::Permission { perm_type: rng.gen_range(0..=2), key: key.to_vec(), range_end };
             push(
                 "RoleGrantPermission",
-                pb::AuthRoleGrantPermissionRequest { name: role.to_string(), perm: Some(perm) }.encode_to_vec(),
+                pb::AuthRoleGrantPermissionRequest { name: role.into(), perm: Some(perm) }.encode_to_vec(),
             )?;
         }
         push("UserAdd", user_add(user).encode_to_vec())?;
@@ -56,11 +56,11 @@ pub fn setup_requests(catalog: &Catalog, rng: &mut StdRng) -> Result<Vec<Request
 }
 
 fn user_add(user: &str) -> pb::AuthUserAddRequest {
-    pb::AuthUserAddRequest { name: user.to_string(), password: password(user), ..Default::default() }
+    pb::AuthUserAddRequest { name: user.into(), password: password(user).into(), ..Default::default() }
 }
 
 fn grant_role(user: &str, role: &str) -> pb::AuthUserGrantRoleRequest {
-    pb::AuthUserGrantRoleRequest { user: user.to_string(), role: role.to_string() }
+    pb::AuthUserGrantRoleRequest { user: user.into(), role: role.into() }
 }
 
 fn request(catalog: &Catalog, name: &str, body: &[u8]) -> Result<Request> {

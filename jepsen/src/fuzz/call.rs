@@ -149,6 +149,17 @@ pub async fn send(call: Call<'_>) -> Answer {
     }
 }
 
+/// A unary call's OK response, as its bytes (for probes that read more than the header), or the [`Answer`]
+/// that came instead.
+pub async fn response(call: Call<'_>) -> Result<Bytes, Answer> {
+    match tokio::time::timeout(call.timeout, unary(&call)).await {
+        Err(_) => Err(Answer::Timeout),
+        Ok(Err(status)) => Err(Answer::Status { code: status.code(), message: status.message().to_string() }),
+        Ok(Ok(None)) => Err(Answer::Ended),
+        Ok(Ok(Some(bytes))) => Ok(bytes),
+    }
+}
+
 /// Every etcd response starts with its header (field 1); the rest is skipped while decoding.
 #[derive(Clone, PartialEq, Message)]
 struct HeaderOnly {
@@ -207,7 +218,7 @@ async fn first_message(call: &Call<'_>) -> Result<Option<Bytes>, Status> {
 
 /// Authenticates `user` and returns the token, if the server gives one.
 pub async fn authenticate(channel: &Channel, user: &str, password: &str, timeout: Duration) -> Option<String> {
-    let body = pb::AuthenticateRequest { name: user.to_string(), password: password.to_string() }.encode_to_vec();
+    let body = pb::AuthenticateRequest { name: user.into(), password: password.into() }.encode_to_vec();
     let call = Call {
         channel,
         path: "/etcdserverpb.Auth/Authenticate",

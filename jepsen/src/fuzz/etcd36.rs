@@ -18,6 +18,31 @@
 //!   compacted, with `watch_id` -1 (3bb44700e). 3.5.1 creates the watch, then cancels it as compacted
 //!   below revision -1 (or keeps it, at -1); its first response says created.
 //! - **RoleGrantPermission of a range 3.6 refuses** is held back from etcd: see [`super::known`].
+//!
+//! 3.6.14's auth hardening (2026 backports), while etcd has auth on; the checks are in [`super::guard`],
+//! their verdict in [`super::hardening`]. A request a rule refuses is held back from etcd where 3.5.1
+//! would have applied it, and 3.6's refusal stands in:
+//!
+//! - **Admin only** (7f73a57b8, c99cf0c39; v3rpc/key.go `Compact`, v3rpc/maintenance.go
+//!   `authMaintenanceServer`, v3rpc/auth.go `isPermitted`, auth/store.go `IsAdminPermitted`): Compact,
+//!   Alarm other than GET, MoveLeader and Downgrade, which 3.5.1 takes from anyone, are refused "user name
+//!   is empty" (no token), "invalid auth token", "permission denied" (no root role) or "user name not
+//!   found", mapped by `togRPCError`. etcd is asked with an AuthStatus with the caller's token, which
+//!   3.5.1 refuses exactly so (v3.5.1 `needAdminPermission`, `AuthServer.AuthStatus`). Defragment,
+//!   Snapshot, Hash and HashKV were admin-only in 3.5.1 too, but refused with the bare `auth` error (code
+//!   Unknown): that answer is mapped.
+//! - **A user required** (7f73a57b8, c99cf0c39, 576a6a00c; v3_server.go `requireAuthInfo`,
+//!   `checkLeaseLeases`, `checkLeaseRenew`): Status, Alarm GET, MemberList, LeaseGrant, LeaseRevoke,
+//!   LeaseTimeToLive, LeaseLeases and LeaseKeepAlive refuse a request without a token ("user name is
+//!   empty") or with one etcd does not know ("invalid auth token"); 3.5.1 granted and revoked leases
+//!   without a token.
+//! - **A lease's keys** (7f73a57b8; v3_server.go `checkLeaseTimeToLive`, `checkLeaseLeases`,
+//!   `checkLeaseRenew`): for a user without the root role, LeaseTimeToLive with `keys` needs read
+//!   permission on every key of the lease, LeaseLeases on every key of every lease, a keep-alive write
+//!   permission on every key of its lease: else "permission denied". etcd lists the keys (root's token)
+//!   and is asked about each key with the user's token.
+//! - **A Txn's Puts** (633de82d0; apply/apply_auth.go `checkPutAuth`): a Put in a Txn, at any depth, with
+//!   `prev_kv` needs read permission on its key, with a lease write permission on every key of the lease.
 
 use std::time::Duration;
 

@@ -25,11 +25,13 @@
 //! refused "permission not given" only when it got past them ([`grant_probe`], [`grant_refusal`]). Refused
 //! earlier, the grant itself goes to etcd, which refuses it the same way.
 
-use prost_reflect::{DynamicMessage, Value};
+use prost_reflect::DynamicMessage;
 use tonic::Code;
 
 use super::call::Answer;
+use super::field;
 use super::request::Request;
+use super::rule::Rule36;
 
 /// etcd's `--max-request-bytes` default plus the 512 KiB it lets gRPC take beyond it: a larger message is
 /// refused by gRPC itself before any handler check.
@@ -60,8 +62,9 @@ pub fn has_unknown_sort(request: &Request) -> bool {
 pub enum Known {
     /// etcd 3.5.1 crashes on it; later releases answer this.
     AnswerToday(Answer),
-    /// etcd 3.5.1 takes it and changes its store, where etcd 3.6 refuses it thus.
-    AnswerAs36(Answer),
+    /// etcd 3.5.1 takes it and changes its store (or answers otherwise), where etcd 3.6 refuses it thus, by
+    /// that rule.
+    AnswerAs36(Answer, Rule36),
     /// etcd crashes on it; why.
     NoAnswer(&'static str),
 }
@@ -80,7 +83,8 @@ fn alarm_crash(request: &Request) -> Option<&'static str> {
     if request.method.name != "Alarm" {
         return None;
     }
-    let (action, alarm) = (enum_field(&request.message, "action"), enum_field(&request.message, "alarm"));
+    let (action, alarm) =
+        (field::enum_number(&request.message, "action"), field::enum_number(&request.message, "alarm"));
     if !(0..=2).contains(&action) {
         return Some("etcd panics on an unknown Alarm action (a nil response); later releases too");
     }
@@ -109,15 +113,21 @@ fn etcd_answer_today(request: &Request, wire_len: usize) -> Option<Answer> {
     Some(Answer::Status { code: Code::InvalidArgument, message: message.to_string() })
 }
 
+/// Whether etcd may refuse a request of `wire_len` bytes as too large once it is a raft request: that check
+/// comes after the token's and before any permission check.
+pub fn may_be_too_large(wire_len: usize) -> bool {
+    wire_len + RAFT_HEADER_ROOM > MAX_REQUEST_BYTES
+}
+
 /// For a RoleGrantPermission whose range 3.6 refuses, its probe: the same request without its
 /// permission. `None` for other requests, and for a grant too large for etcd (refused before any auth
 /// check, by 3.5.1 as by 3.6).
 pub fn grant_probe(request: &Request, wire_len: usize) -> Option<Request> {
-    if request.method.name != "RoleGrantPermission" || wire_len + RAFT_HEADER_ROOM > MAX_REQUEST_BYTES {
+    if request.method.name != "RoleGrantPermission" || may_be_too_large(wire_len) {
         return None;
     }
-    let perm = message(&request.message, "perm")?;
-    if valid_permission_range(&bytes_field(perm, "key"), &bytes_field(perm, "range_end")) {
+    let perm = field::message(&request.message, "perm")?;
+    if valid_permission_range(&field::bytes(perm, "key"), &field::bytes(perm, "range_end")) {
         return None;
     }
     let mut probe = request.clone();
@@ -133,7 +143,7 @@ pub fn grant_refusal(probe_answer: &Answer) -> Option<Known> {
         if message == "etcdserver: permission not given");
     got_that_far.then(|| {
         let message = "etcdserver: invalid auth management".to_string();
-        Known::AnswerAs36(Answer::Status { code: Code::InvalidArgument, message })
+        Known::AnswerAs36(Answer::Status { code: Code::InvalidArgument, message }, Rule36::GrantInvalidRange)
     })
 }
 
@@ -146,21 +156,22 @@ const EMPTY_KEY: &str = "etcdserver: key is not provided";
 const INVALID_SORT: &str = "etcdserver: invalid sort option";
 
 fn range_has_unknown_sort(range: &DynamicMessage) -> bool {
-    !SORT_ORDERS.contains(&enum_field(range, "sort_order")) || !SORT_TARGETS.contains(&enum_field(range, "sort_target"))
+    !SORT_ORDERS.contains(&field::enum_number(range, "sort_order"))
+        || !SORT_TARGETS.contains(&field::enum_number(range, "sort_target"))
 }
 
 fn txn_has_unknown_sort(txn: &DynamicMessage) -> bool {
     ["success", "failure"].iter().any(|branch| {
-        messages(txn, branch).iter().any(|op| {
-            message(op, "request_range").is_some_and(range_has_unknown_sort)
-                || message(op, "request_txn").is_some_and(txn_has_unknown_sort)
+        field::messages(txn, branch).iter().any(|op| {
+            field::message(op, "request_range").is_some_and(range_has_unknown_sort)
+                || field::message(op, "request_txn").is_some_and(txn_has_unknown_sort)
         })
     })
 }
 
 /// etcd's `checkRangeRequest`.
 fn check_range(range: &DynamicMessage) -> Option<&'static str> {
-    if bytes_field(range, "key").is_empty() {
+    if field::bytes(range, "key").is_empty() {
         return Some(EMPTY_KEY);
     }
     if range_has_unknown_sort(range) {
@@ -172,13 +183,13 @@ fn check_range(range: &DynamicMessage) -> Option<&'static str> {
 /// etcd's `checkTxnRequest`: the op count, then every compare's key, then the success ops, then the
 /// failure ops, each with `checkRequestOp`.
 fn check_txn(txn: &DynamicMessage, max_ops: usize) -> Option<&'static str> {
-    let compares = messages(txn, "compare");
-    let (success, failure) = (messages(txn, "success"), messages(txn, "failure"));
+    let compares = field::messages(txn, "compare");
+    let (success, failure) = (field::messages(txn, "success"), field::messages(txn, "failure"));
     let ops = compares.len().max(success.len()).max(failure.len());
     if ops > max_ops {
         return Some("etcdserver: too many operations in txn request");
     }
-    if compares.iter().any(|c| bytes_field(c, "key").is_empty()) {
+    if compares.iter().any(|c| field::bytes(c, "key").is_empty()) {
         return Some(EMPTY_KEY);
     }
     success.iter().chain(failure.iter()).find_map(|op| check_op(op, max_ops - ops))
@@ -186,56 +197,35 @@ fn check_txn(txn: &DynamicMessage, max_ops: usize) -> Option<&'static str> {
 
 /// etcd's `checkRequestOp`.
 fn check_op(op: &DynamicMessage, max_ops: usize) -> Option<&'static str> {
-    if let Some(range) = message(op, "request_range") {
+    if let Some(range) = field::message(op, "request_range") {
         return check_range(range);
     }
-    if let Some(put) = message(op, "request_put") {
-        if bytes_field(put, "key").is_empty() {
+    if let Some(put) = field::message(op, "request_put") {
+        if field::bytes(put, "key").is_empty() {
             return Some(EMPTY_KEY);
         }
-        if put.get_field_by_name("ignore_value").and_then(|v| v.as_bool()) == Some(true)
-            && !bytes_field(put, "value").is_empty()
-        {
+        if field::boolean(put, "ignore_value") && !field::bytes(put, "value").is_empty() {
             return Some("etcdserver: value is provided");
         }
-        let lease = put.get_field_by_name("lease").and_then(|v| v.as_i64()).unwrap_or(0);
-        if put.get_field_by_name("ignore_lease").and_then(|v| v.as_bool()) == Some(true) && lease != 0 {
+        if field::boolean(put, "ignore_lease") && field::int64(put, "lease") != 0 {
             return Some("etcdserver: lease is provided");
         }
         return None;
     }
-    if let Some(delete) = message(op, "request_delete_range") {
-        return bytes_field(delete, "key").is_empty().then_some(EMPTY_KEY);
+    if let Some(delete) = field::message(op, "request_delete_range") {
+        return field::bytes(delete, "key").is_empty().then_some(EMPTY_KEY);
     }
-    if let Some(txn) = message(op, "request_txn") {
+    if let Some(txn) = field::message(op, "request_txn") {
         return check_txn(txn, max_ops);
     }
     // An empty op.
     Some("etcdserver: key not found")
 }
 
-fn enum_field(message: &DynamicMessage, name: &str) -> i32 {
-    message.get_field_by_name(name).and_then(|v| v.as_enum_number()).unwrap_or(0)
-}
-
-fn bytes_field(message: &DynamicMessage, name: &str) -> Vec<u8> {
-    message.get_field_by_name(name).and_then(|v| v.as_bytes().map(|b| b.to_vec())).unwrap_or_default()
-}
-
-/// The message in a set message field (a oneof case).
-fn message<'a>(parent: &'a DynamicMessage, name: &str) -> Option<&'a DynamicMessage> {
-    parent.fields().find(|(field, _)| field.name() == name).and_then(|(_, value)| value.as_message())
-}
-
-/// The messages of a repeated message field.
-fn messages(parent: &DynamicMessage, name: &str) -> Vec<DynamicMessage> {
-    let Some(value) = parent.get_field_by_name(name) else { return Vec::new() };
-    value.as_list().map_or_else(Vec::new, |items| items.iter().filter_map(Value::as_message).cloned().collect())
-}
-
 #[cfg(test)]
 mod tests {
     use bytes::Bytes;
+    use prost_reflect::Value;
 
     use super::super::catalog::Catalog;
     use super::super::request::Caller;
@@ -350,7 +340,10 @@ mod tests {
         let status = |code, message: &str| Answer::Status { code, message: message.to_string() };
         assert_eq!(
             grant_refusal(&status(Code::InvalidArgument, "etcdserver: permission not given")),
-            Some(Known::AnswerAs36(status(Code::InvalidArgument, "etcdserver: invalid auth management")))
+            Some(Known::AnswerAs36(
+                status(Code::InvalidArgument, "etcdserver: invalid auth management"),
+                Rule36::GrantInvalidRange
+            ))
         );
         assert_eq!(grant_refusal(&status(Code::PermissionDenied, "etcdserver: permission denied")), None);
         assert_eq!(grant_refusal(&status(Code::InvalidArgument, "etcdserver: user name is empty")), None);

@@ -11,9 +11,11 @@
 //! - [`catalog`]: the methods, from the descriptors; [`names`]: the small key, lease, user and role
 //!   universes; [`value`]: edge values; [`generate`]: seeded requests; [`request`]: one request, its wire
 //!   bytes and its JSON.
-//! - [`call`]: raw unary and stream calls and their [`call::Answer`]; [`known`]: etcd's answers for the
-//!   requests etcd 3.5.1 cannot take (or should not: 3.6 refuses them); [`etcd36`]: etcd 3.6's answers
-//!   where they differ from 3.5.1's; [`auth`]: the auth-on setup and each server's tokens.
+//! - [`call`]: raw unary and stream calls and their [`call::Answer`]; [`field`]: a request's fields;
+//!   [`known`]: etcd's answers for the requests etcd 3.5.1 cannot take (or should not: 3.6 refuses them);
+//!   [`etcd36`]: etcd 3.6's answers where they differ from 3.5.1's; [`guard`], [`probe`], [`hardening`]:
+//!   3.6.14's added auth checks, what etcd is asked to evaluate them, and their verdict; [`rule`]: the 3.6
+//!   rules by name, as counted; [`auth`]: the auth-on setup and each server's tokens.
 //! - [`alarm`]: raised alarms cleared again after a few requests; [`compare`]: when two answers are the
 //!   same; [`report`]: classes, table, `fuzz.json`.
 
@@ -23,12 +25,17 @@ pub mod call;
 pub mod catalog;
 pub mod compare;
 pub mod etcd36;
+pub mod field;
 pub mod generate;
+pub mod guard;
+pub mod hardening;
 pub mod known;
 pub mod names;
 pub mod options;
+pub mod probe;
 pub mod report;
 pub mod request;
+pub mod rule;
 pub mod server;
 pub mod value;
 
@@ -44,10 +51,13 @@ use self::catalog::{Catalog, Shape};
 use self::compare::{Drift, Verdict};
 use self::etcd36::WatchChange;
 use self::generate::Generator;
+use self::hardening::Context;
 use self::known::Known;
 use self::options::FuzzOptions;
+use self::probe::Probe;
 use self::report::{Crash, Report, RunTotals, Seen};
 use self::request::{Caller, Request};
+use self::rule::Rule36;
 use self::server::{Binaries, Server, Side};
 use crate::error::{Error, Result};
 
@@ -252,7 +262,7 @@ impl<'a> Session<'a> {
         let this = &*self;
         let etcd_future = async {
             match &held_back {
-                Some(Known::AnswerToday(answer) | Known::AnswerAs36(answer)) => Some(answer.clone()),
+                Some(Known::AnswerToday(answer) | Known::AnswerAs36(answer, _)) => Some(answer.clone()),
                 Some(Known::NoAnswer(_)) => None,
                 None => this.ask(Side::Etcd, request, body.clone(), timeout).await,
             }
@@ -295,12 +305,12 @@ impl<'a> Session<'a> {
         }
         let mut source = match &held_back {
             Some(Known::AnswerToday(_)) => FROM_TABLE,
-            Some(Known::AnswerAs36(_)) => AS_ETCD36,
+            Some(Known::AnswerAs36(..)) => AS_ETCD36,
             _ if token_ignored => TOKEN_IGNORED,
             _ => "",
         };
         let etcd_answer = match (etcd_answer, &held_back) {
-            (Some(answer), None) => match self.watch_as_36(request, &answer).await {
+            (Some(answer), None) => match self.answer_as_36(request, &answer).await {
                 Some(translated) => {
                     source = AS_ETCD36;
                     Some(translated)
@@ -330,18 +340,49 @@ impl<'a> Session<'a> {
     }
 
     /// Whether the request is held back from etcd, and what stands in for its answer: etcd 3.5.1 crashes
-    /// on it, or it is a grant 3.6 refuses that got past the checks before (see [`known`]).
+    /// on it, or 3.6 refuses what 3.5.1 would take: an auth check 3.6.14 added ([`hardening`]), a grant
+    /// that got past the checks before (see [`known`]).
     async fn hold_back(&self, request: &Request, body: &Bytes) -> Option<Known> {
-        self.etcd.as_ref()?;
-        if !self.opts.send_known_crashes {
-            if let Some(known) = known::known(request, body.len()) {
-                return Some(known);
+        let etcd = self.etcd.as_ref()?;
+        let crash = if self.opts.send_known_crashes { None } else { known::known(request, body.len()) };
+        // The handler's checks (the sort options) come before any auth check; the crash on an Alarm after
+        // the admin check, which 3.6 runs first.
+        if let Some(Known::AnswerToday(_)) = crash {
+            return crash;
+        }
+        if self.etcd_auth {
+            let token = self.token(Side::Etcd, request.caller);
+            let cx = Context {
+                probe: Probe { channel: etcd.channel(), timeout: self.opts.timeout() },
+                credential: etcd36::Credential::of(request.caller, token),
+                token,
+                // USERS[0] is root.
+                root: self.tokens.token(Side::Etcd, Caller::User(0)),
+                garbage: self.tokens.token(Side::Etcd, Caller::Garbage),
+            };
+            if let Some((answer, rule)) = hardening::held_back(request, body, &cx).await {
+                return Some(Known::AnswerAs36(answer, rule));
             }
+        }
+        if crash.is_some() {
+            return crash;
         }
         let probe = known::grant_probe(request, body.len())?;
         let answer = self.ask(Side::Etcd, &probe, probe.encode(), self.opts.timeout()).await?;
         tracing::debug!(request = %probe.readable(), answer = ?answer, "grant probe");
         known::grant_refusal(&answer)
+    }
+
+    /// etcd 3.5.1's answer turned into 3.6's where they differ (a Watch create, an admin-only maintenance
+    /// request refused), counted.
+    async fn answer_as_36(&mut self, request: &Request, answer: &Answer) -> Option<Answer> {
+        if self.etcd_auth {
+            if let Some(mapped) = hardening::mapped(request, answer) {
+                self.totals.as_etcd36.add(Rule36::AdminMapped);
+                return Some(mapped);
+            }
+        }
+        self.watch_as_36(request, answer).await
     }
 
     /// etcd 3.5.1's answer to a Watch create turned into 3.6's where they differ ([`etcd36`]), counted.
@@ -404,7 +445,7 @@ impl<'a> Session<'a> {
         let totals = &mut self.totals;
         totals.requests += 1;
         match held_back {
-            Some(Known::AnswerAs36(_)) => totals.as_etcd36.grant_invalid_range += 1,
+            Some(Known::AnswerAs36(_, rule)) => totals.as_etcd36.add(*rule),
             Some(_) => totals.from_table += 1,
             None => totals.as_etcd36.token_ignored += u64::from(token_ignored),
         }

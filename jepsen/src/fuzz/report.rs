@@ -9,6 +9,7 @@ use serde::Serialize;
 use serde_json::{json, Value};
 
 use super::request::Request;
+use super::rule::Rule36;
 
 /// At most this many classes keep an entry of their own (messages that embed a size or a key could
 /// otherwise make one class per request); later ones are only counted.
@@ -94,6 +95,31 @@ pub struct AsEtcd36 {
     pub watch_negative_start: u64,
     /// RoleGrantPermission of a range 3.6 refuses: held back from etcd.
     pub grant_invalid_range: u64,
+    /// Admin-only requests of a caller without the root role: held back, 3.6's refusal.
+    pub admin_required: u64,
+    /// Admin-only maintenance requests 3.5.1 refused unmapped: 3.6's mapped refusal.
+    pub admin_mapped: u64,
+    /// Requests without a user (no token, an unknown one) that 3.6 refuses: held back.
+    pub user_required: u64,
+    /// Lease requests refused for a lease key the user may not read or write: held back.
+    pub lease_keys: u64,
+    /// Txns refused for a Put's `prev_kv` or lease: held back.
+    pub txn_put: u64,
+}
+
+impl AsEtcd36 {
+    /// Counts one request `rule` answered (the rules that hold a request back, or map an answer).
+    pub fn add(&mut self, rule: Rule36) {
+        let count = match rule {
+            Rule36::GrantInvalidRange => &mut self.grant_invalid_range,
+            Rule36::AdminRequired => &mut self.admin_required,
+            Rule36::AdminMapped => &mut self.admin_mapped,
+            Rule36::UserRequired => &mut self.user_required,
+            Rule36::LeaseKeys => &mut self.lease_keys,
+            Rule36::TxnPut => &mut self.txn_put,
+        };
+        *count += 1;
+    }
 }
 
 #[derive(Debug, Default)]
@@ -213,20 +239,35 @@ impl Report {
         }
         let _ = writeln!(
             out,
-            "answered as etcd 3.6:\n{:>6} {:>4} {:>13} {:>13} {:>13} {:>13}",
-            "seed", "auth", "token ignored", "watch refused", "watch start<0", "grant range"
+            "answered as etcd 3.6:\n{:>6} {:>4} {:>13} {:>13} {:>13} {:>11} {:>6} {:>12} {:>6} {:>10} {:>7}",
+            "seed",
+            "auth",
+            "token ignored",
+            "watch refused",
+            "watch start<0",
+            "grant range",
+            "admin",
+            "admin mapped",
+            "user",
+            "lease keys",
+            "txn put"
         );
         for run in &self.runs {
             let counts = &run.as_etcd36;
             let _ = writeln!(
                 out,
-                "{:>6} {:>4} {:>13} {:>13} {:>13} {:>13}",
+                "{:>6} {:>4} {:>13} {:>13} {:>13} {:>11} {:>6} {:>12} {:>6} {:>10} {:>7}",
                 run.seed,
                 on_off(run.auth),
                 counts.token_ignored,
                 counts.watch_refused,
                 counts.watch_negative_start,
-                counts.grant_invalid_range
+                counts.grant_invalid_range,
+                counts.admin_required,
+                counts.admin_mapped,
+                counts.user_required,
+                counts.lease_keys,
+                counts.txn_put
             );
         }
         out
@@ -318,10 +359,14 @@ mod tests {
             report.add_difference("KV/Put", "A".into(), "B".into(), &request, seen);
         }
         report.add_difference("KV/Put", "A".into(), "C".into(), &request, seen);
-        let as_etcd36 = AsEtcd36 { watch_refused: 2, ..AsEtcd36::default() };
+        let mut as_etcd36 = AsEtcd36 { watch_refused: 2, ..AsEtcd36::default() };
+        as_etcd36.add(Rule36::LeaseKeys);
+        as_etcd36.add(Rule36::AdminMapped);
+        as_etcd36.add(Rule36::AdminMapped);
         report.add_run(RunTotals { seed: 1, differences: 4, requests: 10, as_etcd36, ..RunTotals::default() });
         let text = report.render();
-        assert!(text.ends_with("     1  off             0             2             0             0\n"), "{text}");
+        let counts = "     1  off             0             2             0           0      0            2      0          1       0\n";
+        assert!(text.ends_with(counts), "{text}");
         assert!(
             text.starts_with("DIFFERENCES: 4 in 2 classes\n#1   KV/Put  x3\n     etcd: A\n     ours: B\n"),
             "{text}"
@@ -329,6 +374,7 @@ mod tests {
         let json = report.to_json(&json!({}), 1.0);
         assert_eq!(json["classes"][0]["count"], 3);
         assert_eq!(json["runs"][0]["as_etcd36"]["watch_refused"], 2);
+        assert_eq!(json["runs"][0]["as_etcd36"]["admin_mapped"], 2);
         assert_eq!(json["classes"][1]["ours"], "C");
         assert_eq!(json["classes"][0]["example"]["method"], "KV/Put");
         assert_eq!(truncate("abcdef", 3), "abc...");

@@ -59,12 +59,7 @@ impl AuthStore {
                 }
                 let options = req.options.unwrap_or_default();
                 let password = if options.no_password { Vec::new() } else { stored_password(&req.hashed_password)? };
-                let user = authpb::User {
-                    name: req.name.clone().into_bytes(),
-                    password,
-                    roles: vec![],
-                    options: Some(options),
-                };
+                let user = authpb::User { name: req.name.clone(), password, roles: vec![], options: Some(options) };
                 self.put_user(user, batch);
             }
             AuthCommand::UserDelete(req) => {
@@ -115,7 +110,7 @@ impl AuthStore {
                 if self.roles.contains_key(&req.name) {
                     return Err(Error::RoleExists);
                 }
-                self.put_role(authpb::Role { name: req.name.clone().into_bytes(), key_permission: vec![] }, batch);
+                self.put_role(authpb::Role { name: req.name.clone(), key_permission: vec![] }, batch);
             }
             AuthCommand::RoleDelete(req) => {
                 if self.enabled && req.role == ROOT {
@@ -166,15 +161,13 @@ impl AuthStore {
     }
 
     fn put_user(&mut self, user: authpb::User, batch: &mut WriteBatch) {
-        let name = String::from_utf8_lossy(&user.name).into_owned();
-        batch.put(Bucket::Auth, record_key(USER_PREFIX, &name), user.encode_to_vec());
-        self.users.insert(name, user);
+        batch.put(Bucket::Auth, record_key(USER_PREFIX, &user.name), user.encode_to_vec());
+        self.users.insert(user.name.clone(), user);
     }
 
     fn put_role(&mut self, role: authpb::Role, batch: &mut WriteBatch) {
-        let name = String::from_utf8_lossy(&role.name).into_owned();
-        batch.put(Bucket::Auth, record_key(ROLE_PREFIX, &name), role.encode_to_vec());
-        self.roles.insert(name, role);
+        batch.put(Bucket::Auth, record_key(ROLE_PREFIX, &role.name), role.encode_to_vec());
+        self.roles.insert(role.name.clone(), role);
     }
 }
 
@@ -182,9 +175,9 @@ impl AuthStore {
 /// (what the proposer sends, as etcd's, and what a client may send itself with an empty `password`), or
 /// the bcrypt hash itself (`$2...`, never base64: how entries written before carried it). Text that is
 /// neither is refused with etcd's (odd) text for it.
-fn stored_password(hashed: &str) -> Result<Vec<u8>> {
-    if hashed.starts_with("$2") {
-        return Ok(hashed.as_bytes().to_vec());
+fn stored_password(hashed: &[u8]) -> Result<Vec<u8>> {
+    if hashed.starts_with(b"$2") {
+        return Ok(hashed.to_vec());
     }
     base64::engine::general_purpose::STANDARD.decode(hashed).map_err(|_| Error::NoPasswordUser)
 }
@@ -194,8 +187,8 @@ fn is_valid_permission_range(key: &[u8], range_end: &[u8]) -> bool {
     !key.is_empty() && (range_end.is_empty() || key < range_end || range_end == [0])
 }
 
-fn record_key(prefix: &[u8], name: &str) -> Vec<u8> {
-    [prefix, name.as_bytes()].concat()
+fn record_key(prefix: &[u8], name: &[u8]) -> Vec<u8> {
+    [prefix, name].concat()
 }
 
 #[cfg(test)]
@@ -216,7 +209,7 @@ mod tests {
         Ok(out)
     }
 
-    fn user_add(name: &str) -> AuthCommand {
+    fn user_add(name: &[u8]) -> AuthCommand {
         AuthCommand::UserAdd(pb::AuthUserAddRequest {
             name: name.into(),
             hashed_password: "$2b$04$hash".into(),
@@ -224,7 +217,7 @@ mod tests {
         })
     }
 
-    fn grant(user: &str, role: &str) -> AuthCommand {
+    fn grant(user: &[u8], role: &[u8]) -> AuthCommand {
         AuthCommand::UserGrantRole(pb::AuthUserGrantRoleRequest { user: user.into(), role: role.into() })
     }
 
@@ -328,7 +321,7 @@ mod tests {
         for cmd in [
             user_add(ROOT),
             grant(ROOT, ROOT),
-            user_add("reader"),
+            user_add(b"reader"),
             AuthCommand::RoleAdd(pb::AuthRoleAddRequest { name: "app-ro".into() }),
             AuthCommand::RoleGrantPermission(pb::AuthRoleGrantPermissionRequest {
                 name: "app-ro".into(),
@@ -338,7 +331,7 @@ mod tests {
                     range_end: b"/app0".to_vec(),
                 }),
             }),
-            grant("reader", "app-ro"),
+            grant(b"reader", b"app-ro"),
             AuthCommand::Enable,
         ] {
             apply(&mut store, &backend, cmd).expect("setup");
@@ -347,7 +340,7 @@ mod tests {
         let login = AuthCommand::Authenticate { name: "reader".into(), token: token.clone() };
         assert_eq!(apply(&mut store, &backend, login), Ok(AuthOutcome::Token(token.clone())));
         let caller = store.resolve(Some(&token)).expect("token").expect("enabled");
-        assert_eq!(caller.user, "reader");
+        assert_eq!(caller.user, b"reader");
         assert_eq!(store.check_read(&caller, b"/app/x", b""), Ok(()));
         assert_eq!(store.check_read(&caller, b"/other", b""), Err(Error::PermissionDenied));
         assert_eq!(store.check_write(&caller, b"/app/x", b""), Err(Error::PermissionDenied));

@@ -75,27 +75,29 @@ impl JwtTokens {
         let tokens = JwtTokens { algorithm, encoding, decoding, ttl };
         // A key pair that does not match would only show at the first login: check it now.
         if tokens.encoding.is_some() {
-            let probe = tokens.sign("probe", 0).map_err(|e| format!("JWT private key: {e}"))?;
+            let probe = tokens.sign(b"probe", 0).map_err(|e| format!("JWT private key: {e}"))?;
             tokens.verify(&probe).ok_or("JWT keys: the public key does not check the private key's signatures")?;
         }
         Ok(tokens)
     }
 
     /// A token for `user`, issued at auth revision `revision`.
-    pub fn sign(&self, user: &str, revision: u64) -> Result<String, String> {
+    /// A name that is not UTF-8 travels with U+FFFD in its place, as Go's JSON encoder writes it.
+    pub fn sign(&self, user: &[u8], revision: u64) -> Result<String, String> {
         let key = self.encoding.as_ref().ok_or("this member has no JWT private key to sign with")?;
         let now = SystemTime::now().duration_since(UNIX_EPOCH).unwrap_or_default();
-        let claims = Claims { username: user.to_string(), revision, exp: (now + self.ttl).as_secs() };
+        let claims =
+            Claims { username: String::from_utf8_lossy(user).into_owned(), revision, exp: (now + self.ttl).as_secs() };
         jsonwebtoken::encode(&Header::new(self.algorithm), &claims, key).map_err(|e| e.to_string())
     }
 
     /// The user and auth revision of a valid, unexpired token.
-    pub fn verify(&self, token: &str) -> Option<(String, u64)> {
+    pub fn verify(&self, token: &str) -> Option<(Vec<u8>, u64)> {
         let mut validation = Validation::new(self.algorithm);
         validation.leeway = 0;
         validation.required_spec_claims = ["exp".to_string()].into();
         let data = jsonwebtoken::decode::<Claims>(token, &self.decoding, &validation).ok()?;
-        Some((data.claims.username, data.claims.revision))
+        Some((data.claims.username.into_bytes(), data.claims.revision))
     }
 }
 
@@ -106,12 +108,12 @@ mod tests {
     #[test]
     fn hmac_tokens_carry_the_user_and_revision_and_expire() {
         let tokens = JwtTokens::new("HS256", None, Some(b"secret"), DEFAULT_JWT_TTL).expect("keys");
-        let token = tokens.sign("alice", 7).expect("signed");
-        assert_eq!(tokens.verify(&token), Some(("alice".to_string(), 7)));
+        let token = tokens.sign(b"alice", 7).expect("signed");
+        assert_eq!(tokens.verify(&token), Some((b"alice".to_vec(), 7)));
         let other = JwtTokens::new("HS256", None, Some(b"other"), DEFAULT_JWT_TTL).expect("keys");
         assert_eq!(other.verify(&token), None, "another secret");
         let expired = JwtTokens::new("HS256", None, Some(b"secret"), Duration::ZERO).expect("keys");
-        let old = expired.sign("alice", 7).expect("signed");
+        let old = expired.sign(b"alice", 7).expect("signed");
         std::thread::sleep(Duration::from_millis(1100));
         assert_eq!(tokens.verify(&old), None, "expired");
         assert!(JwtTokens::new("XX999", None, Some(b"s"), DEFAULT_JWT_TTL).is_err());

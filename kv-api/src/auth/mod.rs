@@ -42,7 +42,7 @@ use perm::UserPerms;
 use token::TokenTable;
 
 /// The user that may enable auth, and the role that grants everything.
-pub const ROOT: &str = "root";
+pub const ROOT: &[u8] = b"root";
 
 /// The metadata key clients send their token under, and the gateway's (swagger) one.
 pub const TOKEN_METADATA: &str = "token";
@@ -64,7 +64,8 @@ pub(crate) const ROLE_PREFIX: &[u8] = b"role/";
 /// request header fields `username` and `auth_revision`). The empty caller has no token.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Caller {
-    pub user: String,
+    /// The user's name as the client wrote it: any bytes (etcd takes names that are not UTF-8).
+    pub user: Vec<u8>,
     pub auth_revision: u64,
 }
 
@@ -76,7 +77,7 @@ pub enum AuthCommand {
     /// A login whose password the proposer already checked: apply registers `token` for `name`. The
     /// password never enters the log.
     Authenticate {
-        name: String,
+        name: Vec<u8>,
         token: String,
     },
     /// `password` is cleared and `hashed_password` set by the proposer (bcrypt is too slow for apply).
@@ -111,10 +112,11 @@ pub enum AuthOutcome {
 pub struct AuthStore {
     enabled: bool,
     revision: u64,
-    users: BTreeMap<String, authpb::User>,
-    roles: BTreeMap<String, authpb::Role>,
+    /// Names are bytes, as etcd keeps them, in byte order.
+    users: BTreeMap<Vec<u8>, authpb::User>,
+    roles: BTreeMap<Vec<u8>, authpb::Role>,
     /// Each user's merged permissions, rebuilt on every change.
-    perms: HashMap<String, UserPerms>,
+    perms: HashMap<Vec<u8>, UserPerms>,
     tokens: TokenTable,
     /// `--auth-token jwt,...`: tokens signed and checked with keys instead of kept in [`TokenTable`].
     jwt: Option<jwt::JwtTokens>,
@@ -152,10 +154,10 @@ impl AuthStore {
                 self.revision = u64::from_be_bytes(value.try_into().map_err(|_| corrupt("revision"))?);
             } else if let Some(name) = key.strip_prefix(USER_PREFIX) {
                 let user = authpb::User::decode(value).map_err(|_| corrupt("user"))?;
-                self.users.insert(String::from_utf8_lossy(name).into_owned(), user);
+                self.users.insert(name.to_vec(), user);
             } else if let Some(name) = key.strip_prefix(ROLE_PREFIX) {
                 let role = authpb::Role::decode(value).map_err(|_| corrupt("role"))?;
-                self.roles.insert(String::from_utf8_lossy(name).into_owned(), role);
+                self.roles.insert(name.to_vec(), role);
             } else {
                 return Err(corrupt("unknown key"));
             }
@@ -173,20 +175,20 @@ impl AuthStore {
         self.revision
     }
 
-    pub fn user(&self, name: &str) -> Option<&authpb::User> {
-        self.users.get(name)
+    pub fn user(&self, name: impl AsRef<[u8]>) -> Option<&authpb::User> {
+        self.users.get(name.as_ref())
     }
 
-    pub fn role(&self, name: &str) -> Option<&authpb::Role> {
-        self.roles.get(name)
+    pub fn role(&self, name: impl AsRef<[u8]>) -> Option<&authpb::Role> {
+        self.roles.get(name.as_ref())
     }
 
     /// User names in byte order (etcd lists its bucket in key order).
-    pub fn user_names(&self) -> Vec<String> {
+    pub fn user_names(&self) -> Vec<Vec<u8>> {
         self.users.keys().cloned().collect()
     }
 
-    pub fn role_names(&self) -> Vec<String> {
+    pub fn role_names(&self) -> Vec<Vec<u8>> {
         self.roles.keys().cloned().collect()
     }
 
@@ -214,7 +216,7 @@ impl AuthStore {
             return Ok(Some(Caller::default()));
         };
         if let Some(common_name) = token.strip_prefix(CERT_USER_PREFIX) {
-            return Ok(Some(Caller { user: common_name.to_string(), auth_revision: self.revision }));
+            return Ok(Some(Caller { user: common_name.as_bytes().to_vec(), auth_revision: self.revision }));
         }
         if let Some(jwt) = &self.jwt {
             let (user, auth_revision) = jwt.verify(token).ok_or(Error::InvalidAuthToken)?;

@@ -23,7 +23,7 @@ pub struct TokenTable {
 
 #[derive(Debug)]
 struct Entry {
-    user: String,
+    user: Vec<u8>,
     deadline: Instant,
 }
 
@@ -54,7 +54,7 @@ impl TokenTable {
 
     /// Registers `token` for `user`; expired tokens are dropped on the way, so the table stays bounded by
     /// the tokens issued within one TTL.
-    pub fn insert(&self, token: String, user: String) {
+    pub fn insert(&self, token: String, user: Vec<u8>) {
         let now = Instant::now();
         let mut tokens = self.tokens.lock();
         tokens.retain(|_, entry| entry.deadline > now);
@@ -62,7 +62,7 @@ impl TokenTable {
     }
 
     /// The user a live token belongs to; each use restarts the token's TTL, as etcd's.
-    pub fn user(&self, token: &str) -> Option<String> {
+    pub fn user(&self, token: &str) -> Option<Vec<u8>> {
         let now = Instant::now();
         let mut tokens = self.tokens.lock();
         match tokens.get_mut(token) {
@@ -79,7 +79,7 @@ impl TokenTable {
     }
 
     /// Forgets every token of `user` (deleted, or given a new password).
-    pub fn forget_user(&self, user: &str) {
+    pub fn forget_user(&self, user: &[u8]) {
         self.tokens.lock().retain(|_, entry| entry.user != user);
     }
 
@@ -98,10 +98,10 @@ mod tests {
         table.set_ttl(Duration::from_millis(50));
         let (a, b) = (TokenTable::generate(), TokenTable::generate());
         assert_ne!(a, b);
-        table.insert(a.clone(), "alice".into());
-        table.insert(b.clone(), "bob".into());
-        assert_eq!(table.user(&a).as_deref(), Some("alice"));
-        table.forget_user("bob");
+        table.insert(a.clone(), b"alice".to_vec());
+        table.insert(b.clone(), b"bob".to_vec());
+        assert_eq!(table.user(&a).as_deref(), Some(&b"alice"[..]));
+        table.forget_user(b"bob");
         assert_eq!(table.user(&b), None);
         std::thread::sleep(Duration::from_millis(80));
         assert_eq!(table.user(&a), None);

@@ -20,7 +20,7 @@ use crate::store::SharedStore;
 use crate::validate;
 
 /// Stands for a client's `hashed_password` that is not base64 (see `user_change_password`).
-const NOT_BASE64: &str = "!";
+const NOT_BASE64: &[u8] = b"!";
 
 /// Logins retried when the auth state changed between the password check and the login's apply.
 const LOGIN_ATTEMPTS: usize = 3;
@@ -67,13 +67,13 @@ impl<C: Consensus> AuthService<C> {
 
     /// A bcrypt hash at `--bcrypt-cost`, made off the runtime (cost 10 takes tens of milliseconds), in
     /// base64 as etcd's proposals carry it.
-    async fn hash(&self, password: String) -> Result<String> {
+    async fn hash(&self, password: Vec<u8>) -> Result<Vec<u8>> {
         let cost = self.config.bcrypt_cost;
         tokio::task::spawn_blocking(move || bcrypt::hash(password, cost))
             .await
             .map_err(|e| Error::Internal(format!("hash task failed: {e}")))?
             .map_err(|e| Error::Internal(format!("bcrypt: {e}")))
-            .map(|hash| BASE64.encode(hash))
+            .map(|hash| BASE64.encode(hash).into_bytes())
     }
 
     async fn authenticate(&self, req: pb::AuthenticateRequest) -> Result<pb::AuthenticateResponse> {
@@ -165,7 +165,7 @@ impl<C: Consensus> pb::auth_server::Auth for AuthService<C> {
         let no_password = req.options.as_ref().is_some_and(|o| o.no_password);
         // As etcd: the server hashes the password (an empty one too); a hash the client sent is dropped.
         req.hashed_password =
-            if no_password { String::new() } else { self.hash(std::mem::take(&mut req.password)).await? };
+            if no_password { Vec::new() } else { self.hash(std::mem::take(&mut req.password)).await? };
         req.password.clear();
         let (_, header) = self.change(&request, AuthCommand::UserAdd(req)).await?;
         Ok(Response::new(pb::AuthUserAddResponse { header }))
@@ -223,7 +223,7 @@ impl<C: Consensus> pb::auth_server::Auth for AuthService<C> {
         } else if BASE64.decode(&req.hashed_password).is_err() {
             // A client's own hash must be base64, as etcd's apply decodes it; apply refuses this marker
             // (not base64 either) after looking the user up, where etcd refuses the client's text.
-            req.hashed_password = NOT_BASE64.to_string();
+            req.hashed_password = NOT_BASE64.to_vec();
         }
         let (_, header) = self.change(&request, AuthCommand::UserChangePassword(req)).await?;
         Ok(Response::new(pb::AuthUserChangePasswordResponse { header }))

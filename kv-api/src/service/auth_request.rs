@@ -32,6 +32,21 @@ pub async fn caller<C: Consensus>(consensus: &C, store: &SharedStore, token: Opt
     store.read().auth().resolve(token)
 }
 
+/// etcd 3.6's `requireAuthInfo`: while auth is enabled, the request must name a user (a valid token, or
+/// a client certificate's name): `etcdserver: user name is empty` without one. The caller, for the checks
+/// that follow.
+pub async fn require_user<C: Consensus>(
+    consensus: &C,
+    store: &SharedStore,
+    token: Option<&str>,
+) -> Result<Option<Caller>> {
+    let caller = caller(consensus, store, token).await?;
+    if caller.as_ref().is_some_and(|caller| caller.user.is_empty()) {
+        return Err(Error::UserEmpty);
+    }
+    Ok(caller)
+}
+
 /// etcd's admin check for a request: nothing while auth is disabled; otherwise its token's user must hold
 /// the root role (`etcdserver: user name is empty` without a token, `permission denied` without root).
 pub async fn require_admin<C: Consensus>(
@@ -52,17 +67,4 @@ pub fn as_caller(caller: Option<Caller>, cmd: Command) -> Command {
         Some(caller) => Command::AsUser(caller, Box::new(cmd)),
         None => cmd,
     }
-}
-
-/// An auth error as etcd's auth package words it, with code Unknown: what etcd answers where it returns
-/// the package's errors without mapping them (its maintenance service).
-pub fn unmapped_status(err: &Error) -> tonic::Status {
-    let text = match err {
-        Error::UserEmpty => "auth: user name is empty",
-        Error::UserNotFound => "auth: user not found",
-        Error::PermissionDenied => "auth: permission denied",
-        Error::InvalidAuthToken => "auth: invalid auth token",
-        other => return tonic::Status::from(other.clone()),
-    };
-    tonic::Status::unknown(text)
 }

@@ -61,10 +61,17 @@ impl<C: Consensus> pb::cluster_server::Cluster for ClusterService<C> {
         Ok(Response::new(pb::MemberUpdateResponse { header: self.header(), members }))
     }
 
+    /// etcd 3.6.14: a linearizable list waits for a read barrier first; then, while auth is enabled, the
+    /// request must name a user.
     async fn member_list(
         &self,
-        _request: Request<pb::MemberListRequest>,
+        request: Request<pb::MemberListRequest>,
     ) -> Result<Response<pb::MemberListResponse>, Status> {
+        if request.get_ref().linearizable {
+            self.consensus.read_barrier().await?;
+        }
+        let token = crate::service::auth_request::token_of(request.metadata());
+        crate::service::auth_request::require_user(&*self.consensus, &self.store, token.as_deref()).await?;
         Ok(Response::new(pb::MemberListResponse { header: self.header(), members: self.consensus.members() }))
     }
 

@@ -176,10 +176,12 @@ impl<C: Consensus> pb::kv_server::Kv for KvService<C> {
         ))
     }
 
+    /// As etcd 3.6.14, compaction needs the root role while auth is enabled (before 3.6.9 anyone could).
     async fn compact(
         &self,
         request: Request<pb::CompactionRequest>,
     ) -> Result<Response<pb::CompactionResponse>, Status> {
+        crate::service::auth_request::require_admin(&*self.consensus, &self.store, request.metadata()).await?;
         Ok(Response::new(
             self.compact(crate::service::auth_request::token_of(request.metadata()).as_deref(), request.into_inner())
                 .await?,

@@ -1,5 +1,10 @@
 //! `etcdserverpb.Lease`: grant and revoke through consensus; keep-alive and time-to-live answered by the
 //! leader (followers forward), as etcd does.
+//!
+//! With auth enabled, every lease request must name a user, and one without the root role must hold a
+//! permission on the keys a lease carries: read to see them (time-to-live with keys, the lease list),
+//! write to keep them alive or revoke them (etcd 3.6.14's `requireAuthInfo`, `checkLeaseTimeToLive`,
+//! `checkLeaseLeases`, `checkLeaseRenew`; before 3.6.9 anyone could).
 
 use std::pin::Pin;
 use std::sync::Arc;
@@ -8,6 +13,7 @@ use futures::{Stream, StreamExt};
 use proto::etcdserverpb as pb;
 use tonic::{Request, Response, Status, Streaming};
 
+use crate::auth::Caller;
 use crate::command::{Command, CommandResponse};
 use crate::consensus::Consensus;
 use crate::error::{Error, Result};
@@ -65,7 +71,7 @@ impl<C: Consensus> LeaseService<C> {
 
     async fn revoke(&self, token: Option<&str>, req: pb::LeaseRevokeRequest) -> Result<pb::LeaseRevokeResponse> {
         // Revoking deletes the lease's keys: apply checks the caller may write every one of them.
-        let caller = crate::service::auth_request::caller(&*self.consensus, &self.store, token).await?;
+        let caller = crate::service::auth_request::require_user(&*self.consensus, &self.store, token).await?;
         match self.propose(crate::service::auth_request::as_caller(caller, Command::LeaseRevoke(req))).await? {
             CommandResponse::LeaseRevoke(mut resp) => {
                 fill_header(&*self.consensus, &self.store, &mut resp.header);
@@ -80,19 +86,15 @@ impl<C: Consensus> LeaseService<C> {
         token: Option<&str>,
         req: pb::LeaseTimeToLiveRequest,
     ) -> Result<pb::LeaseTimeToLiveResponse> {
+        let caller = crate::service::auth_request::require_user(&*self.consensus, &self.store, token).await?;
         let remaining = self.consensus.lease_time_to_live(req.id).await?;
         // The lease's keys as of now: this member must have applied what the leader has.
         self.consensus.read_barrier().await?;
-        let caller = crate::service::auth_request::caller(&*self.consensus, &self.store, token).await?;
-        let lease = self.store.read().lease(req.id).cloned();
-        // As etcd 3.6: with auth on, the caller must be able to read every key on the lease when it asks for
-        // the keys.
-        if let (true, Some(caller), Some(lease)) = (req.keys, &caller, &lease) {
-            let store = self.store.read();
-            for key in &lease.keys {
-                store.auth().check_read(caller, key, &[])?;
-            }
+        // Asking for the keys needs read permission on every one of them.
+        if let (true, Some(caller)) = (req.keys, &caller) {
+            check_lease_keys(&self.store, caller, &[req.id], Access::Read)?;
         }
+        let lease = self.store.read().lease(req.id).cloned();
         let (ttl, granted_ttl, keys) = match (remaining, lease) {
             (Some(remaining), Some(lease)) => {
                 let keys = if req.keys { lease.keys.into_iter().collect() } else { Vec::new() };
@@ -104,10 +106,39 @@ impl<C: Consensus> LeaseService<C> {
         Ok(pb::LeaseTimeToLiveResponse { header: self.header(), id: req.id, ttl, granted_ttl, keys })
     }
 
-    async fn leases(&self) -> Result<pb::LeaseLeasesResponse> {
-        let leases = self.consensus.leases_by_expiry().await?.into_iter().map(|id| pb::LeaseStatus { id }).collect();
+    async fn leases(&self, token: Option<&str>) -> Result<pb::LeaseLeasesResponse> {
+        let caller = crate::service::auth_request::require_user(&*self.consensus, &self.store, token).await?;
+        let ids = self.consensus.leases_by_expiry().await?;
+        if let Some(caller) = &caller {
+            check_lease_keys(&self.store, caller, &ids, Access::Read)?;
+        }
+        let leases = ids.into_iter().map(|id| pb::LeaseStatus { id }).collect();
         Ok(pb::LeaseLeasesResponse { header: self.header(), leases })
     }
+}
+
+/// What a caller must hold on a lease's keys.
+#[derive(Clone, Copy)]
+enum Access {
+    Read,
+    Write,
+}
+
+/// Whether `caller` (auth enabled) may see or touch the keys on `leases` as this member knows them: the root
+/// role may always; anyone else needs `access` to every key.
+fn check_lease_keys(store: &SharedStore, caller: &Caller, leases: &[i64], access: Access) -> Result<()> {
+    let store = store.read();
+    let auth = store.auth();
+    if auth.check_admin(caller).is_ok() {
+        return Ok(());
+    }
+    for key in leases.iter().filter_map(|id| store.lease(*id)).flat_map(|lease| &lease.keys) {
+        match access {
+            Access::Read => auth.check_read(caller, key, &[])?,
+            Access::Write => auth.check_write(caller, key, &[])?,
+        }
+    }
+    Ok(())
 }
 
 type KeepAliveStream = Pin<Box<dyn Stream<Item = Result<pb::LeaseKeepAliveResponse, Status>> + Send>>;
@@ -118,12 +149,9 @@ impl<C: Consensus> pb::lease_server::Lease for LeaseService<C> {
         &self,
         request: Request<pb::LeaseGrantRequest>,
     ) -> Result<Response<pb::LeaseGrantResponse>, Status> {
-        // A grant needs no permission, but a token it carries must be valid (etcd checks every token of
-        // a request that goes through the log).
+        // A grant needs no permission, but a user (etcd 3.6.14; 3.5 checked only that a token was valid).
         let token = crate::service::auth_request::token_of(request.metadata());
-        if token.is_some() {
-            crate::service::auth_request::caller(&*self.consensus, &self.store, token.as_deref()).await?;
-        }
+        crate::service::auth_request::require_user(&*self.consensus, &self.store, token.as_deref()).await?;
         Ok(Response::new(self.grant(request.into_inner()).await?))
     }
 
@@ -146,13 +174,21 @@ impl<C: Consensus> pb::lease_server::Lease for LeaseService<C> {
         }
         let consensus = self.consensus.clone();
         let store = self.store.clone();
+        let token = crate::service::auth_request::token_of(request.metadata());
         let requests = request.into_inner();
         // One answer per request, in order; an unknown or expired lease answers TTL 0 (etcd).
         let responses = requests.then(move |req| {
             let consensus = consensus.clone();
             let store = store.clone();
+            let token = token.clone();
             async move {
                 let req = req?;
+                // Each renewal is checked against the auth state of its moment, as etcd's: an error ends
+                // the stream.
+                let caller = crate::service::auth_request::require_user(&*consensus, &store, token.as_deref()).await?;
+                if let Some(caller) = &caller {
+                    check_lease_keys(&store, caller, &[req.id], Access::Write)?;
+                }
                 let ttl = consensus.lease_keep_alive(req.id).await?;
                 let header = current_header(&*consensus, &store);
                 Ok(pb::LeaseKeepAliveResponse { header, id: req.id, ttl })
@@ -171,8 +207,9 @@ impl<C: Consensus> pb::lease_server::Lease for LeaseService<C> {
 
     async fn lease_leases(
         &self,
-        _request: Request<pb::LeaseLeasesRequest>,
+        request: Request<pb::LeaseLeasesRequest>,
     ) -> Result<Response<pb::LeaseLeasesResponse>, Status> {
-        Ok(Response::new(self.leases().await?))
+        let token = crate::service::auth_request::token_of(request.metadata());
+        Ok(Response::new(self.leases(token.as_deref()).await?))
     }
 }

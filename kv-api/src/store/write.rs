@@ -19,15 +19,13 @@ impl MvccStore {
     /// Applies a write command. Errors are deterministic (every member gets the same) and leave the store
     /// unchanged.
     pub fn apply(&mut self, cmd: &Command) -> Result<CommandResponse> {
-        // etcd's corrupt applier refuses everything, its capped applier (NOSPACE) what takes space; the
-        // alarm requests themselves always pass so that an alarm can be disarmed.
-        if !matches!(cmd.inner(), Command::Alarm(_) | Command::Downgrade(_)) {
-            if self.alarms.is_active(pb::AlarmType::Corrupt) {
-                return Err(Error::Corrupt);
-            }
-            if alarm::takes_space(cmd) && self.alarms.is_active(pb::AlarmType::Nospace) {
-                return Err(Error::NoSpace);
-            }
+        // etcd's corrupt applier refuses what touches keys and leases, its capped applier (NOSPACE) what
+        // takes space; the alarm requests themselves always pass so that an alarm can be disarmed.
+        if alarm::refused_when_corrupt(cmd) && self.alarms.is_active(pb::AlarmType::Corrupt) {
+            return Err(Error::Corrupt);
+        }
+        if alarm::takes_space(cmd) && self.alarms.is_active(pb::AlarmType::Nospace) {
+            return Err(Error::NoSpace);
         }
         match cmd {
             Command::Put(req) => self.apply_put(req).map(CommandResponse::Put),
@@ -81,7 +79,27 @@ impl MvccStore {
                 }
                 Ok(())
             }
-            Command::Txn(req) => auth.check_txn(caller, req),
+            Command::Txn(req) => {
+                auth.check_txn(caller, req)?;
+                // A put inside a txn is checked as one outside (etcd 3.6.14; before, a txn could read a
+                // key through `prev_kv` or attach a key to another's lease unchecked).
+                let mut pending = vec![req];
+                while let Some(txn) = pending.pop() {
+                    for op in txn.success.iter().chain(&txn.failure) {
+                        match &op.request {
+                            Some(pb::request_op::Request::RequestPut(put)) => {
+                                lease_keys(put.lease)?;
+                                if put.prev_kv {
+                                    auth.check_read(caller, &put.key, &[])?;
+                                }
+                            }
+                            Some(pb::request_op::Request::RequestTxn(inner)) => pending.push(inner),
+                            _ => {}
+                        }
+                    }
+                }
+                Ok(())
+            }
             Command::LeaseRevoke(req) => lease_keys(req.id),
             Command::Auth(req) if req.needs_admin() => auth.check_admin(caller),
             Command::AsUser(_, inner) => self.check_caller(caller, inner),

@@ -59,18 +59,20 @@ impl RoleCommand {
         match self {
             RoleCommand::Add { args } => {
                 let name = one_name(args, "role add command requires role name as its argument")?;
-                let resp = auth_client(global).await?.role_add(pb::AuthRoleAddRequest { name: name.clone() }).await?;
+                let resp =
+                    auth_client(global).await?.role_add(pb::AuthRoleAddRequest { name: name.clone().into() }).await?;
                 printer.auth(&AuthResponse::RoleAdd(name, resp.get_ref()))
             }
             RoleCommand::Delete { args } => {
                 let name = one_name(args, "role delete command requires role name as its argument")?;
-                let request = pb::AuthRoleDeleteRequest { role: name.clone() };
+                let request = pb::AuthRoleDeleteRequest { role: name.clone().into() };
                 let resp = auth_client(global).await?.role_delete(request).await?;
                 printer.auth(&AuthResponse::RoleDelete(name, resp.get_ref()))
             }
             RoleCommand::Get { args } => {
                 let name = one_name(args, "role get command requires role name as its argument")?;
-                let resp = auth_client(global).await?.role_get(pb::AuthRoleGetRequest { role: name.clone() }).await?;
+                let resp =
+                    auth_client(global).await?.role_get(pb::AuthRoleGetRequest { role: name.clone().into() }).await?;
                 printer.auth(&AuthResponse::RoleGet(name, resp.get_ref()))
             }
             RoleCommand::List { args } => {
@@ -94,7 +96,7 @@ impl RoleCommand {
                 let perm_type = perm_type(kind)?;
                 let (key, range_end) = perm.range(keys)?;
                 let request = pb::AuthRoleGrantPermissionRequest {
-                    name: role.clone(),
+                    name: role.clone().into(),
                     perm: Some(Permission { perm_type: perm_type as i32, key, range_end }),
                 };
                 let resp = auth_client(global).await?.role_grant_permission(request).await?;
@@ -112,8 +114,11 @@ impl RoleCommand {
                     ));
                 };
                 let (key, range_end) = perm.range(keys)?;
-                let request =
-                    pb::AuthRoleRevokePermissionRequest { role: role.clone(), key, range_end: range_end.clone() };
+                let request = pb::AuthRoleRevokePermissionRequest {
+                    role: role.clone().into(),
+                    key,
+                    range_end: range_end.clone(),
+                };
                 let resp = auth_client(global).await?.role_revoke_permission(request).await?;
                 printer.auth(&AuthResponse::RoleRevokePermission(role, typed_key, &range_end, resp.get_ref()))
             }

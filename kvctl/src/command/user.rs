@@ -90,18 +90,18 @@ impl UserCommand {
             UserCommand::Add(add) => {
                 let request = add.request()?;
                 let resp = auth_client(global).await?.user_add(request.clone()).await?.into_inner();
-                printer.auth(&AuthResponse::UserAdd(&request.name, &resp))
+                printer.auth(&AuthResponse::UserAdd(&String::from_utf8_lossy(&request.name), &resp))
             }
             UserCommand::Delete { args } => {
                 let name = one_name(args, "user delete command requires user name as its argument")?;
-                let request = pb::AuthUserDeleteRequest { name: name.clone() };
+                let request = pb::AuthUserDeleteRequest { name: name.clone().into() };
                 let resp = auth_client(global).await?.user_delete(request).await?.into_inner();
                 printer.auth(&AuthResponse::UserDelete(name, &resp))
             }
             UserCommand::Get { detail, args } => {
                 let name = one_name(args, "user get command requires user name as its argument")?;
                 let mut client = auth_client(global).await?;
-                let resp = client.user_get(pb::AuthUserGetRequest { name: name.clone() }).await?.into_inner();
+                let resp = client.user_get(pb::AuthUserGetRequest { name: name.clone().into() }).await?.into_inner();
                 if !detail {
                     return printer.auth(&AuthResponse::UserGet(name, &resp));
                 }
@@ -110,7 +110,9 @@ impl UserCommand {
                 for role in &resp.roles {
                     out.push(b'\n');
                     let shown = match client.role_get(pb::AuthRoleGetRequest { role: role.clone() }).await {
-                        Ok(role_resp) => printer.auth(&AuthResponse::RoleGet(role, role_resp.get_ref())),
+                        Ok(role_resp) => {
+                            printer.auth(&AuthResponse::RoleGet(&String::from_utf8_lossy(role), role_resp.get_ref()))
+                        }
                         Err(status) => Err(status.into()),
                     };
                     match shown {
@@ -130,21 +132,25 @@ impl UserCommand {
             UserCommand::Passwd { interactive, args } => {
                 let name = one_name(args, "user passwd command requires user name as its argument")?;
                 let password = read_password(name, *interactive)?;
-                let request = pb::AuthUserChangePasswordRequest { name: name.clone(), password, ..Default::default() };
+                let request = pb::AuthUserChangePasswordRequest {
+                    name: name.clone().into(),
+                    password: password.into(),
+                    ..Default::default()
+                };
                 let resp = auth_client(global).await?.user_change_password(request).await?.into_inner();
                 printer.auth(&AuthResponse::UserChangePassword(&resp))
             }
             UserCommand::GrantRole { args } => {
                 let [user, role] =
                     two_names(args, "user grant command requires user name and role name as its argument")?;
-                let request = pb::AuthUserGrantRoleRequest { user: user.clone(), role: role.clone() };
+                let request = pb::AuthUserGrantRoleRequest { user: user.clone().into(), role: role.clone().into() };
                 let resp = auth_client(global).await?.user_grant_role(request).await?.into_inner();
                 printer.auth(&AuthResponse::UserGrantRole(user, role, &resp))
             }
             UserCommand::RevokeRole { args } => {
                 let [user, role] =
                     two_names(args, "user revoke-role requires user name and role name as its argument")?;
-                let request = pb::AuthUserRevokeRoleRequest { name: user.clone(), role: role.clone() };
+                let request = pb::AuthUserRevokeRoleRequest { name: user.clone().into(), role: role.clone().into() };
                 let resp = auth_client(global).await?.user_revoke_role(request).await?.into_inner();
                 printer.auth(&AuthResponse::UserRevokeRole(user, role, &resp))
             }
@@ -173,7 +179,7 @@ impl AddArgs {
             (arg.clone(), read_password(arg, self.interactive)?)
         };
         let options = Some(authpb::UserAddOptions { no_password: self.no_password });
-        Ok(pb::AuthUserAddRequest { name, password, options, ..Default::default() })
+        Ok(pb::AuthUserAddRequest { name: name.into(), password: password.into(), options, ..Default::default() })
     }
 }
 

@@ -211,7 +211,7 @@ pub fn auth(resp: &super::AuthResponse<'_>) -> Option<String> {
         R::RoleList(r) => {
             out.push_str("\"Roles\" :");
             for role in &r.roles {
-                let _ = write!(out, " {}", go_quote(role.as_bytes()));
+                let _ = write!(out, " {}", go_quote(role));
             }
             out.push('\n');
         }

@@ -243,9 +243,9 @@ pub fn auth(resp: &super::AuthResponse<'_>) -> String {
             obj.bool("enabled", r.enabled);
             obj.uint("authRevision", r.auth_revision);
         }
-        R::UserGet(_, r) => obj.strings("roles", &r.roles),
-        R::UserList(r) => obj.strings("users", &r.users),
-        R::RoleList(r) => obj.strings("roles", &r.roles),
+        R::UserGet(_, r) => obj.names("roles", &r.roles),
+        R::UserList(r) => obj.names("users", &r.users),
+        R::RoleList(r) => obj.names("roles", &r.roles),
         R::RoleGet(_, r) => {
             let perms = r
                 .perm
@@ -410,6 +410,11 @@ impl Object {
 
     fn strings(&mut self, name: &str, values: &[String]) {
         self.list(name, values.iter().map(|v| go_string(v)).collect());
+    }
+
+    /// Names, which may be any bytes (Go's encoder writes U+FFFD for what is not UTF-8).
+    fn names(&mut self, name: &str, values: &[Vec<u8>]) {
+        self.list(name, values.iter().map(|v| go_string(&String::from_utf8_lossy(v))).collect());
     }
 
     fn list(&mut self, name: &str, items: Vec<String>) {

@@ -154,17 +154,17 @@ pub fn auth(resp: &super::AuthResponse<'_>) -> Vec<u8> {
         R::Status(r) => format!("Authentication Status: {}\nAuthRevision: {}\n", r.enabled, r.auth_revision),
         R::UserAdd(user, _) => format!("User {user} created\n"),
         R::UserGet(user, r) => {
-            let roles: String = r.roles.iter().map(|role| format!(" {role}")).collect();
+            let roles: String = r.roles.iter().map(|role| format!(" {}", String::from_utf8_lossy(role))).collect();
             format!("User: {user}\nRoles:{roles}\n")
         }
-        R::UserList(r) => r.users.iter().map(|user| format!("{user}\n")).collect(),
+        R::UserList(r) => r.users.iter().map(|user| format!("{}\n", String::from_utf8_lossy(user))).collect(),
         R::UserDelete(user, _) => format!("User {user} deleted\n"),
         R::UserChangePassword(_) => "Password updated\n".to_string(),
         R::UserGrantRole(user, role, _) => format!("Role {role} is granted to user {user}\n"),
         R::UserRevokeRole(user, role, _) => format!("Role {role} is revoked from user {user}\n"),
         R::RoleAdd(role, _) => format!("Role {role} created\n"),
         R::RoleGet(role, r) => return role_get(role, &r.perm),
-        R::RoleList(r) => r.roles.iter().map(|role| format!("{role}\n")).collect(),
+        R::RoleList(r) => r.roles.iter().map(|role| format!("{}\n", String::from_utf8_lossy(role))).collect(),
         R::RoleDelete(role, _) => format!("Role {role} deleted\n"),
         R::RoleGrantPermission(role, _) => format!("Role {role} updated\n"),
         R::RoleRevokePermission(role, key, range_end, _) => match *range_end {

@@ -199,6 +199,7 @@ async fn auth_state_and_logins_through_any_member_survive_a_restart() -> anyhow:
     assert_eq!(client.get("/secret", None).await?.kvs().first().map(|kv| kv.value()), Some(&b"s"[..]));
 
     // Users, roles, grants and the enabled flag are on disk.
+    cluster.set_credentials("root", "rootpw");
     for index in 0..3 {
         cluster.member_mut(index).kill9()?;
     }

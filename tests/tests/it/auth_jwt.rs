@@ -52,6 +52,7 @@ async fn a_jwt_from_one_member_is_accepted_by_every_other_even_after_a_restart()
 
     // base64 of "jwt" and "ok".
     let put = r#"{"key":"and0","value":"b2s="}"#;
+    cluster.set_credentials("root", "rootpw");
     cluster.member_mut(2).kill9()?;
     cluster.member_mut(2).restart().await?;
     for member in [1, 2] {

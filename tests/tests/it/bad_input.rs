@@ -8,7 +8,7 @@ use anyhow::Context;
 use base64::Engine;
 use proto::authpb;
 use proto::etcdserverpb::{
-    self as pb, auth_client::AuthClient, kv_client::KvClient, lease_client::LeaseClient,
+    self as pb, auth_client::AuthClient, cluster_client::ClusterClient, kv_client::KvClient, lease_client::LeaseClient,
     maintenance_client::MaintenanceClient, watch_client::WatchClient,
 };
 use tests::server::{etcd35_bin, tool_present};
@@ -95,6 +95,27 @@ async fn shared_cases(endpoint: &str) -> anyhow::Result<Vec<(&'static str, Answe
         (Code::Ok, String::new()),
     ));
 
+    // Names are bytes to etcd (Go takes any bytes in a proto3 string): users and roles whose names are
+    // not UTF-8 are created, granted, listed and log in.
+    let (odd_user, odd_role) = (b"u\xff".to_vec(), b"r\xfe\x80".to_vec());
+    let add = pb::AuthUserAddRequest { name: odd_user.clone(), password: b"p\xff".to_vec(), ..Default::default() };
+    out.push(("user add, name not UTF-8", answer(auth.user_add(add).await), (Code::Ok, String::new())));
+    let role = pb::AuthRoleAddRequest { name: odd_role.clone() };
+    out.push(("role add, name not UTF-8", answer(auth.role_add(role).await), (Code::Ok, String::new())));
+    let grant_role = pb::AuthUserGrantRoleRequest { user: odd_user.clone(), role: odd_role.clone() };
+    out.push(("grant, names not UTF-8", answer(auth.user_grant_role(grant_role).await), (Code::Ok, String::new())));
+    let roles = auth.user_get(pb::AuthUserGetRequest { name: odd_user.clone() }).await.map(|r| r.into_inner().roles);
+    out.push((
+        "user get, name not UTF-8",
+        (Code::Ok, format!("{roles:?}")),
+        (Code::Ok, format!("{:?}", Ok::<_, ()>(vec![odd_role.clone()]))),
+    ));
+    let users = auth.user_list(pb::AuthUserListRequest {}).await.map(|r| r.into_inner().users.contains(&odd_user));
+    out.push(("user list, name not UTF-8", (Code::Ok, format!("{users:?}")), (Code::Ok, "Ok(true)".to_string())));
+    let unknown = pb::AuthRoleGetRequest { role: b"\xff".to_vec() };
+    let role_not_found = (Code::FailedPrecondition, "etcdserver: role name not found".to_string());
+    out.push(("role get, unknown name not UTF-8", answer(auth.role_get(unknown).await), role_not_found));
+
     // The hash the client sent is the user's password hash: "secret" logs in once auth is on.
     let root = pb::AuthUserAddRequest { name: "root".into(), password: "rootpw".into(), ..Default::default() };
     auth.user_add(root).await?;
@@ -103,6 +124,17 @@ async fn shared_cases(endpoint: &str) -> anyhow::Result<Vec<(&'static str, Answe
     let login = pb::AuthenticateRequest { name: "u1".into(), password: "secret".into() };
     let token = auth.authenticate(login.clone()).await.map(|r| r.into_inner().token);
     out.push(("login with the client's hash", answer(auth.authenticate(login).await), (Code::Ok, String::new())));
+    let odd_login = pb::AuthenticateRequest { name: odd_user.clone(), password: b"p\xff".to_vec() };
+    let odd_token = auth.authenticate(odd_login).await.map(|r| r.into_inner().token);
+    out.push((
+        "login, name and password not UTF-8",
+        answer(odd_token.clone().map(tonic::Response::new)),
+        (Code::Ok, String::new()),
+    ));
+    let put = pb::PutRequest { key: b"k".to_vec(), value: b"v".to_vec(), ..Default::default() };
+    let odd_put = kv.put(with_token(&odd_token.unwrap_or_default(), put)).await;
+    let denied = (Code::PermissionDenied, "etcdserver: permission denied".to_string());
+    out.push(("put as a user whose name is not UTF-8", answer(odd_put), denied));
 
     // AuthStatus needs root once auth is on; a token must be valid even where no permission is needed.
     let empty = (Code::InvalidArgument, "etcdserver: user name is empty".to_string());
@@ -207,5 +239,83 @@ async fn unknown_sort_options_and_bad_permission_ranges_get_etcd_36s_answers() -
         (first.created, first.canceled, first.watch_id, first.cancel_reason.as_str()),
         (true, true, -1, "etcdserver: mvcc: required revision has been compacted")
     );
+    Ok(())
+}
+
+/// etcd 3.6.14's auth hardening (etcd-io/etcd 7f73a57b8, c99cf0c39, 576a6a00c, 633de82d0, 6643f8060): with
+/// auth on, every request names a user, compaction and maintenance need root and are refused with mapped
+/// errors, lease keys and txn puts are checked, and a single-key grant does not open a from-key watch.
+#[tokio::test]
+async fn auth_hardening_of_etcd_3614() -> anyhow::Result<()> {
+    let ours = Member::start_with(MemberConfig { kind: ServerKind::Ours, ..MemberConfig::default() }).await?;
+    let channel = channel(&ours.endpoint()).await?;
+    let (mut kv, mut auth) = (KvClient::new(channel.clone()), AuthClient::new(channel.clone()));
+    let (mut lease, mut maintenance) = (LeaseClient::new(channel.clone()), MaintenanceClient::new(channel.clone()));
+    let mut cluster = ClusterClient::new(channel.clone());
+    for (name, password) in [("root", "rootpw"), ("u", "upw")] {
+        let add = pb::AuthUserAddRequest { name: name.into(), password: password.into(), ..Default::default() };
+        auth.user_add(add).await?;
+    }
+    auth.user_grant_role(pb::AuthUserGrantRoleRequest { user: "root".into(), role: "root".into() }).await?;
+    auth.role_add(pb::AuthRoleAddRequest { name: "one-key".into() }).await?;
+    // Read and write on "foo" only.
+    let grant = pb::AuthRoleGrantPermissionRequest {
+        name: "one-key".into(),
+        perm: Some(authpb::Permission { perm_type: 2, key: b"foo".to_vec(), range_end: vec![] }),
+    };
+    auth.role_grant_permission(grant).await?;
+    auth.user_grant_role(pb::AuthUserGrantRoleRequest { user: "u".into(), role: "one-key".into() }).await?;
+    auth.auth_enable(pb::AuthEnableRequest {}).await?;
+    let login = |name: &str, password: &str| pb::AuthenticateRequest { name: name.into(), password: password.into() };
+    let root = auth.authenticate(login("root", "rootpw")).await?.into_inner().token;
+    let user = auth.authenticate(login("u", "upw")).await?.into_inner().token;
+
+    let empty = (Code::InvalidArgument, "etcdserver: user name is empty".to_string());
+    let denied = (Code::PermissionDenied, "etcdserver: permission denied".to_string());
+    let ok = (Code::Ok, String::new());
+    assert_eq!(answer(maintenance.status(pb::StatusRequest {}).await), empty, "status without a user");
+    assert_eq!(answer(maintenance.status(with_token(&user, pb::StatusRequest {})).await), ok, "status as a user");
+    assert_eq!(answer(cluster.member_list(pb::MemberListRequest::default()).await), empty, "member list");
+    assert_eq!(answer(lease.lease_grant(pb::LeaseGrantRequest { ttl: 600, id: 0 }).await), empty, "lease grant");
+    let compact = pb::CompactionRequest { revision: 1, physical: false };
+    assert_eq!(answer(kv.compact(with_token(&user, compact)).await), denied, "compaction as a user");
+    let defrag = with_token(&user, pb::DefragmentRequest {});
+    assert_eq!(answer(maintenance.defragment(defrag).await), denied, "defragment, mapped");
+    let odd_alarm = pb::AlarmRequest { action: i32::MAX, member_id: 0, alarm: 0 };
+    assert_eq!(answer(maintenance.alarm(with_token(&user, odd_alarm)).await), denied, "an unknown alarm action");
+
+    // Root's lease carries "bar", which the user may not write: the user may not keep it alive, list
+    // the leases, read its keys, or attach a key to it inside a txn; nor read "bar" through prev_kv.
+    let id = lease.lease_grant(with_token(&root, pb::LeaseGrantRequest { ttl: 600, id: 0 })).await?.into_inner().id;
+    let put = |key: &str, lease: i64, prev_kv: bool| pb::PutRequest {
+        key: key.into(),
+        value: b"v".to_vec(),
+        lease,
+        prev_kv,
+        ..Default::default()
+    };
+    kv.put(with_token(&root, put("bar", id, false))).await?;
+    let ttl = pb::LeaseTimeToLiveRequest { id, keys: true };
+    assert_eq!(answer(lease.lease_time_to_live(with_token(&user, ttl)).await), denied, "time to live with keys");
+    assert_eq!(answer(lease.lease_leases(with_token(&user, pb::LeaseLeasesRequest {})).await), denied, "leases");
+    let txn_put = |put: pb::PutRequest| pb::TxnRequest {
+        success: vec![pb::RequestOp { request: Some(pb::request_op::Request::RequestPut(put)) }],
+        ..Default::default()
+    };
+    assert_eq!(answer(kv.txn(with_token(&user, txn_put(put("foo", id, false)))).await), denied, "txn lease");
+    assert_eq!(answer(kv.txn(with_token(&user, txn_put(put("foo", 0, false)))).await), ok, "txn put");
+    use tonic::codegen::tokio_stream::{self, StreamExt};
+    let renew = tokio_stream::iter(vec![pb::LeaseKeepAliveRequest { id }]);
+    let mut renewals = lease.lease_keep_alive(with_token(&user, renew)).await?.into_inner();
+    let refused = renewals.message().await.map_err(|status| (status.code(), status.message().to_string()));
+    assert_eq!(refused.map(|_| ()), Err(denied.clone()), "keep-alive");
+
+    // A from-key watch ("foo" and everything after) is more than a grant of "foo" alone.
+    let create = pb::WatchCreateRequest { key: b"foo".to_vec(), range_end: vec![0], ..Default::default() };
+    let request = pb::WatchRequest { request_union: Some(pb::watch_request::RequestUnion::CreateRequest(create)) };
+    let requests = tokio_stream::iter(vec![request]).chain(tokio_stream::pending());
+    let mut watch = WatchClient::new(channel.clone());
+    let first = watch.watch(with_token(&user, requests)).await?.into_inner().message().await?.context("a response")?;
+    assert!(first.canceled, "{first:?}");
     Ok(())
 }

@@ -209,6 +209,7 @@ async fn corruption_checks_find_a_diverged_member() -> anyhow::Result<()> {
     }
     let root = etcd_client::ConnectOptions::new().with_user("root", "pw");
     let mut client = Client::connect([cluster.member(leader).endpoint()], Some(root)).await?;
+    cluster.set_credentials("root", "pw");
     cluster.wait_converged(&[0, 1, 2]).await?;
     tokio::time::sleep(std::time::Duration::from_secs(1)).await;
     let victim_id = cluster.member(victim).status().await?.member_id;

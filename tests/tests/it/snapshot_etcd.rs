@@ -141,9 +141,10 @@ async fn a_snapshot_of_ours_is_read_by_etcds_tools_and_restores_into_real_etcd_3
         return Ok(());
     }
     let config = ClusterConfig { kind: ServerKind::Ours, ..ClusterConfig::new(3) };
-    let ours = Cluster::start_with(config).await?;
+    let mut ours = Cluster::start_with(config).await?;
     let leader = ours.leader().await?;
     let (lease, compacted) = write_history(&ours.member(leader).endpoint()).await?;
+    ours.set_credentials("root", "rootpw");
     ours.wait_converged(&[0, 1, 2]).await?;
     let follower = ours.member((leader + 1) % 3);
     let want = view(&follower.endpoint(), lease, compacted).await?;
@@ -233,7 +234,8 @@ async fn etcd_to_ours(binary: &Path, size: usize) -> anyhow::Result<()> {
             ],
         )
     };
-    let config = ClusterConfig { kind: ServerKind::Ours, ..ClusterConfig::new(size) };
+    let credentials = Some(("root".to_string(), "rootpw".to_string()));
+    let config = ClusterConfig { kind: ServerKind::Ours, credentials, ..ClusterConfig::new(size) };
     let ours = Cluster::start_prepared(config, restore).await?;
     let all: Vec<usize> = (0..size).collect();
     ours.wait_converged(&all).await?;
