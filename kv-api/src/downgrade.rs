@@ -14,6 +14,20 @@ pub const STORAGE_VERSION: (u64, u64) = (3, 6);
 /// A `major.minor` version.
 pub type MinorVersion = (u64, u64);
 
+/// The storage version a member reports and writes. etcd 3.6's version monitor migrates the storage
+/// schema to the cluster version, which is the target while a downgrade is enabled (and 3.6 again once
+/// it is cancelled).
+pub fn storage_version(downgrade_target: Option<MinorVersion>) -> MinorVersion {
+    downgrade_target.unwrap_or(STORAGE_VERSION)
+}
+
+/// The `storageVersion` a snapshot carries (its meta field, and the `version` of its stream): etcd 3.5's
+/// schema has no such field, so a member downgrading to 3.5 writes none.
+pub fn storage_version_field(downgrade_target: Option<MinorVersion>) -> Option<String> {
+    let version = storage_version(downgrade_target);
+    (version >= STORAGE_VERSION).then(|| version_string(version))
+}
+
 /// etcd's `convertToClusterVersion`: `3.5` or a full semver such as `3.5.0`; the patch is dropped.
 pub fn parse_target(text: &str) -> Result<MinorVersion> {
     let core = text.split(['-', '+']).next().unwrap_or_default();
@@ -73,6 +87,14 @@ pub fn apply(current: Option<MinorVersion>, req: &pb::DowngradeRequest) -> Resul
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_storage_version_follows_an_enabled_downgrade() {
+        assert_eq!(storage_version(None), (3, 6));
+        assert_eq!(storage_version(Some((3, 5))), (3, 5));
+        assert_eq!(storage_version_field(None).as_deref(), Some("3.6.0"));
+        assert_eq!(storage_version_field(Some((3, 5))), None, "etcd 3.5's schema has no storageVersion");
+    }
 
     #[test]
     fn targets_and_validation_follow_etcd() {

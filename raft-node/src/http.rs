@@ -145,7 +145,7 @@ impl Endpoints {
     fn version_json(&self) -> String {
         use kv_api::downgrade;
         let cluster = self.cluster_version();
-        let storage = downgrade::version_string(downgrade::STORAGE_VERSION);
+        let storage = downgrade::version_string(downgrade::storage_version(self.store.read().downgrade_target()));
         // Written by hand: etcd's field order (serde_json's map would sort the keys).
         let quoted = |s: &str| serde_json::Value::from(s).to_string();
         format!(

@@ -116,7 +116,7 @@ impl<C: Consensus> pb::maintenance_server::Maintenance for MaintenanceService<C>
             errors,
             db_size_in_use,
             is_learner: raft.is_learner,
-            storage_version: downgrade::version_string(downgrade::STORAGE_VERSION),
+            storage_version: downgrade::version_string(downgrade::storage_version(target)),
             db_size_quota: self.config.quota_backend_bytes.map_or(0, |quota| quota as i64),
             downgrade_info: Some(pb::DowngradeInfo {
                 enabled: target.is_some(),
@@ -171,8 +171,9 @@ impl<C: Consensus> pb::maintenance_server::Maintenance for MaintenanceService<C>
     /// As etcd, a copy of this member's own store, without a round through the leader.
     async fn snapshot(&self, request: Request<pb::SnapshotRequest>) -> Result<Response<SnapshotStream>, Status> {
         self.check_admin(request.metadata()).await?;
+        let version = downgrade::storage_version_field(self.store.read().downgrade_target()).unwrap_or_default();
         let file = self.consensus.snapshot().await?;
-        Ok(Response::new(snapshot::stream(file)))
+        Ok(Response::new(snapshot::stream(file, version)))
     }
 
     async fn move_leader(

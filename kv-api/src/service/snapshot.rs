@@ -20,25 +20,27 @@ pub const DIGEST_BYTES: u64 = 32;
 pub type SnapshotStream = Pin<Box<dyn Stream<Item = Result<pb::SnapshotResponse, Status>> + Send>>;
 
 /// Streams `snapshot`. Each chunk is read only when tonic asks for the next message, so a slow client
-/// holds one chunk in memory, not the file.
-pub fn stream(snapshot: SnapshotFile) -> SnapshotStream {
+/// holds one chunk in memory, not the file. `version` is the storage version the file carries (empty for a 3.5 schema), sent in every chunk.
+pub fn stream(snapshot: SnapshotFile, version: String) -> SnapshotStream {
     let body = snapshot.size.saturating_sub(DIGEST_BYTES);
     let file = tokio::fs::File::from_std(snapshot.file);
-    Box::pin(futures::stream::try_unfold((file, 0u64), move |(mut file, sent)| async move {
-        if sent >= snapshot.size {
-            return Ok(None);
+    Box::pin(futures::stream::try_unfold((file, 0u64), move |(mut file, sent)| {
+        let version = version.clone();
+        async move {
+            if sent >= snapshot.size {
+                return Ok(None);
+            }
+            let (len, remaining_bytes) = if sent < body {
+                let len = CHUNK_BYTES.min(body - sent);
+                (len, body - sent - len)
+            } else {
+                (snapshot.size - sent, 0)
+            };
+            let mut blob = vec![0; len as usize];
+            file.read_exact(&mut blob).await.map_err(|e| Status::from(Error::Internal(format!("snapshot: {e}"))))?;
+            // etcd 3.4 sends no header in snapshot responses; 3.6 names its storage version in each.
+            Ok(Some((pb::SnapshotResponse { header: None, remaining_bytes, blob, version }, (file, sent + len))))
         }
-        let (len, remaining_bytes) = if sent < body {
-            let len = CHUNK_BYTES.min(body - sent);
-            (len, body - sent - len)
-        } else {
-            (snapshot.size - sent, 0)
-        };
-        let mut blob = vec![0; len as usize];
-        file.read_exact(&mut blob).await.map_err(|e| Status::from(Error::Internal(format!("snapshot: {e}"))))?;
-        // etcd 3.4 sends no header in snapshot responses; 3.6 names its storage version in each.
-        let version = crate::snapshot::etcd::OUR_STORAGE_VERSION.to_string();
-        Ok(Some((pb::SnapshotResponse { header: None, remaining_bytes, blob, version }, (file, sent + len))))
     }))
 }
 
@@ -55,7 +57,7 @@ mod tests {
         let content: Vec<u8> = (0..size).map(|i| (i % 251) as u8).collect();
         file.write_all(&content).expect("write");
         std::io::Seek::rewind(&mut file).expect("rewind");
-        let sent: Vec<_> = stream(SnapshotFile { file, size }).try_collect().await.expect("streams");
+        let sent: Vec<_> = stream(SnapshotFile { file, size }, "3.6.0".into()).try_collect().await.expect("streams");
         let joined: Vec<u8> = sent.iter().flat_map(|c| c.blob.clone()).collect();
         assert_eq!(joined, content, "the stream carries the file unchanged");
         sent
@@ -77,7 +79,8 @@ mod tests {
     #[tokio::test]
     async fn a_file_shorter_than_announced_fails_the_stream() {
         let file = tempfile::tempfile().expect("temp file");
-        let result: Result<Vec<_>, Status> = stream(SnapshotFile { file, size: 544 }).try_collect().await;
+        let result: Result<Vec<_>, Status> =
+            stream(SnapshotFile { file, size: 544 }, "3.6.0".into()).try_collect().await;
         let status = result.expect_err("the file is empty");
         assert_eq!(status.code(), tonic::Code::Unknown);
         assert!(status.message().starts_with("etcdserver: snapshot: "), "{}", status.message());

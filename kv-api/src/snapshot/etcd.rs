@@ -38,8 +38,9 @@ use super::bbolt::{self, BoltError, Reader, Writer};
 use crate::alarm;
 use crate::auth::{KEY_ENABLED, KEY_REVISION, ROLE_PREFIX, USER_PREFIX};
 use crate::backend::{Backend, Bucket};
+use crate::downgrade;
 use crate::revision::Revision;
-use crate::store::{decode_entry, encode_entry, META_COMPACT_REV};
+use crate::store::{decode_entry, encode_entry, META_COMPACT_REV, META_DOWNGRADE};
 
 pub const KEY: &[u8] = b"key";
 pub const META: &[u8] = b"meta";
@@ -59,8 +60,6 @@ const SCHEDULED_COMPACT: &[u8] = b"scheduledCompactRev";
 const STORAGE_VERSION: &[u8] = b"storageVersion";
 const AUTH_ENABLED: &[u8] = b"authEnabled";
 const AUTH_REVISION: &[u8] = b"authRevision";
-/// The storage version etcd 3.6 writes (major.minor.0).
-pub const OUR_STORAGE_VERSION: &str = "3.6.0";
 /// A revision key's length, and a tombstone's.
 const REV_KEY: usize = 17;
 const TOMBSTONE_KEY: usize = 18;
@@ -236,7 +235,10 @@ pub fn export<W: Write + Seek>(backend: &dyn Backend, origin: &Origin, writer: &
     let mut meta = BTreeMap::new();
     meta.insert(CONSISTENT_INDEX.to_vec(), origin.applied_index.to_be_bytes().to_vec());
     meta.insert(TERM.to_vec(), origin.applied_term.to_be_bytes().to_vec());
-    meta.insert(STORAGE_VERSION.to_vec(), OUR_STORAGE_VERSION.as_bytes().to_vec());
+    let downgrade = backend.get(Bucket::Meta, META_DOWNGRADE).map_err(backend_err)?;
+    if let Some(version) = downgrade::storage_version_field(downgrade.as_deref().and_then(downgrade::decode)) {
+        meta.insert(STORAGE_VERSION.to_vec(), version.into_bytes());
+    }
     if let Some(bytes) = backend.get(Bucket::Meta, META_COMPACT_REV).map_err(backend_err)? {
         let compacted = i64::from_be_bytes(bytes.try_into().map_err(|_| backend_err("a corrupt compacted revision"))?);
         if compacted > 0 {

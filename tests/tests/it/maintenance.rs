@@ -154,11 +154,12 @@ async fn downgrade_validates_enables_and_cancels_on_every_member() -> anyhow::Re
     assert!(validated.status == 200 && validated.body.contains(r#""version":"3.6""#), "{validated:?}");
     let (out, _) = kvctl(&["downgrade", "enable", "3.5"]).await?;
     assert_eq!(out, "Downgrade enable success, cluster version 3.6\n", "the cluster version before the change");
-    // etcdctl 3.6's endpoint status shows the storage version and the downgrade in progress.
+    // etcdctl 3.6's endpoint status shows the storage version, migrated to the cluster version (the
+    // target) as etcd 3.6's monitor does, and the downgrade in progress.
     let (out, _) = kvctl(&["endpoint", "status"]).await?;
     let columns: Vec<&str> = out.trim_end().split(", ").collect();
     assert_eq!(columns.len(), 16, "{out}");
-    assert_eq!((columns[3], columns[14], columns[15]), ("3.6.0", "3.5.0", "true"), "{out}");
+    assert_eq!((columns[3], columns[14], columns[15]), ("3.5.0", "3.5.0", "true"), "{out}");
     let (out, _) = kvctl(&["endpoint", "hashkv"]).await?;
     assert_eq!(out.trim_end().split(", ").count(), 3, "the hash revision too: {out}");
     let again = client.maintenance_client().downgrade(DowngradeOptions::Enable("3.5".into())).await;
@@ -183,7 +184,7 @@ async fn downgrade_validates_enables_and_cancels_on_every_member() -> anyhow::Re
             tokio::time::sleep(std::time::Duration::from_millis(100)).await;
         }
         let version = tests::http::get(&member.client_url(), "/version").await?.body;
-        assert!(version.contains(r#""etcdcluster":"3.5.0""#), "{}: {version}", member.name());
+        assert!(version.contains(r#""etcdcluster":"3.5.0","storage":"3.5.0""#), "{}: {version}", member.name());
     }
     let (out, _) = kvctl(&["downgrade", "validate", "3.5"]).await?;
     assert_eq!(out, "", "validate while a downgrade is enabled fails");
@@ -195,6 +196,7 @@ async fn downgrade_validates_enables_and_cancels_on_every_member() -> anyhow::Re
     assert!(err.contains("Error: etcdserver: invalid downgrade target version"), "{err}");
     let status = client.status().await?;
     assert!(status.downgrade_info().is_some_and(|info| !info.enabled()));
+    assert_eq!(status.storage_version(), "3.6.0", "the storage version follows the cluster version back");
     // A cancel with nothing to cancel succeeds, as in etcd.
     client.maintenance_client().downgrade(DowngradeOptions::Cancel).await?;
     Ok(())
