@@ -240,14 +240,12 @@ impl<'de> Deserialize<'de> for Command {
     }
 }
 
-/// True when no branch of the txn, at any depth, writes.
+/// True when every operation of both branches is a range: etcd's `isTxnReadonly`, which serves such a
+/// txn locally and sends every other one through the log — one with a nested txn (even one that only
+/// reads) or an empty operation too, so that it meets the log's checks (`request is too large` first).
 pub fn is_read_only(req: &pb::TxnRequest) -> bool {
     use pb::request_op::Request;
-    req.success.iter().chain(&req.failure).all(|op| match &op.request {
-        Some(Request::RequestPut(_) | Request::RequestDeleteRange(_)) => false,
-        Some(Request::RequestTxn(inner)) => is_read_only(inner),
-        Some(Request::RequestRange(_)) | None => true,
-    })
+    req.success.iter().chain(&req.failure).all(|op| matches!(op.request, Some(Request::RequestRange(_))))
 }
 
 #[cfg(test)]

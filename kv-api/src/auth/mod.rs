@@ -8,6 +8,7 @@
 //!   restarts and travels in snapshots. Its revision counts the changes, as etcd's auth revision.
 //! - `apply`: [`AuthStore::apply`], the changes in log order with etcd's checks.
 //! - [`perm`]: one user's permissions merged over their roles, and etcd's coverage test.
+//! - `interval_tree`: etcd's permission tree, whose shape decides empty and inverted ranges.
 //! - [`token`]: simple tokens, member-local and in memory.
 //! - [`jwt`]: JSON Web Tokens, signed with keys and checked by any member.
 //!
@@ -25,6 +26,7 @@
 //! is not checked (etcd would refuse it for its empty user name).
 
 mod apply;
+mod interval_tree;
 pub mod jwt;
 pub mod perm;
 pub mod token;

@@ -196,6 +196,10 @@ impl<C: Consensus> pb::maintenance_server::Maintenance for MaintenanceService<C>
         use pb::downgrade_request::DowngradeAction;
         self.check_admin(request.metadata()).await?;
         let req = request.into_inner();
+        if DowngradeAction::try_from(req.action).is_err() {
+            // etcd's `ErrUnknownMethod`, which its error table does not map (prost reads it as VALIDATE).
+            return Err(Status::unknown("etcdserver: unknown method"));
+        }
         self.consensus.read_barrier().await?;
         let enabled = self.store.read().downgrade_target();
         // The version the members run decides the allowed target; the cluster version answered is the

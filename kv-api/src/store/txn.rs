@@ -40,25 +40,29 @@ fn compare_holds(store: &MvccStore, cmp: &pb::Compare, at: i64) -> bool {
     if kvs.is_empty() {
         // A missing key compares as a zero KeyValue, except on its value: there is no way to tell a
         // missing value from an empty one, so a value compare on a missing key always fails.
-        return cmp.target() != CompareTarget::Value && compare_kv(cmp, &KeyValue::default());
+        return cmp.target != CompareTarget::Value as i32 && compare_kv(cmp, &KeyValue::default());
     }
     kvs.iter().all(|kv| compare_kv(cmp, kv))
 }
 
+/// As etcd's `compareKV`, unknown enum values included (prost would read them as VALUE and EQUAL): an
+/// unknown target compares as equal, and an unknown result holds whatever the comparison.
 fn compare_kv(cmp: &pb::Compare, kv: &KeyValue) -> bool {
-    let ordering = match (cmp.target(), &cmp.target_union) {
-        (CompareTarget::Value, Some(TargetUnion::Value(v))) => kv.value.as_slice().cmp(v.as_slice()),
-        (CompareTarget::Value, _) => kv.value.as_slice().cmp(&[][..]),
-        (CompareTarget::Create, union) => kv.create_revision.cmp(&int_operand(union, TargetKind::Create)),
-        (CompareTarget::Mod, union) => kv.mod_revision.cmp(&int_operand(union, TargetKind::Mod)),
-        (CompareTarget::Version, union) => kv.version.cmp(&int_operand(union, TargetKind::Version)),
-        (CompareTarget::Lease, union) => kv.lease.cmp(&int_operand(union, TargetKind::Lease)),
+    let ordering = match (CompareTarget::try_from(cmp.target), &cmp.target_union) {
+        (Ok(CompareTarget::Value), Some(TargetUnion::Value(v))) => kv.value.as_slice().cmp(v.as_slice()),
+        (Ok(CompareTarget::Value), _) => kv.value.as_slice().cmp(&[][..]),
+        (Ok(CompareTarget::Create), union) => kv.create_revision.cmp(&int_operand(union, TargetKind::Create)),
+        (Ok(CompareTarget::Mod), union) => kv.mod_revision.cmp(&int_operand(union, TargetKind::Mod)),
+        (Ok(CompareTarget::Version), union) => kv.version.cmp(&int_operand(union, TargetKind::Version)),
+        (Ok(CompareTarget::Lease), union) => kv.lease.cmp(&int_operand(union, TargetKind::Lease)),
+        (Err(_), _) => std::cmp::Ordering::Equal,
     };
-    match cmp.result() {
-        CompareResult::Equal => ordering.is_eq(),
-        CompareResult::NotEqual => ordering.is_ne(),
-        CompareResult::Greater => ordering.is_gt(),
-        CompareResult::Less => ordering.is_lt(),
+    match CompareResult::try_from(cmp.result) {
+        Ok(CompareResult::Equal) => ordering.is_eq(),
+        Ok(CompareResult::NotEqual) => ordering.is_ne(),
+        Ok(CompareResult::Greater) => ordering.is_gt(),
+        Ok(CompareResult::Less) => ordering.is_lt(),
+        Err(_) => true,
     }
 }
 

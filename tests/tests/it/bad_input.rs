@@ -78,6 +78,27 @@ async fn shared_cases(endpoint: &str) -> anyhow::Result<Vec<(&'static str, Answe
         invalid("etcdserver: request is too large"),
     ));
 
+    // Unknown compare enums: etcd compares an unknown target as equal and lets an unknown result hold.
+    let compare =
+        |target: i32, result: i32| pb::Compare { key: b"missing".to_vec(), target, result, ..Default::default() };
+    for (target, result) in [(9, 0), (1, 7), (0, -3)] {
+        let txn = pb::TxnRequest { compare: vec![compare(target, result)], ..Default::default() };
+        let succeeded = kv.txn(txn).await.map(|r| r.into_inner().succeeded);
+        out.push(("compare with unknown enums", (Code::Ok, format!("{succeeded:?}")), (Code::Ok, "Ok(true)".into())));
+    }
+    // A txn with a nested txn goes through the log even when it only reads, and meets its size limit.
+    let huge_compare = pb::Compare { key: vec![b'k'; TOO_LARGE], ..Default::default() };
+    let nested = pb::TxnRequest { compare: vec![huge_compare], ..Default::default() };
+    let outer = pb::TxnRequest {
+        success: vec![pb::RequestOp { request: Some(pb::request_op::Request::RequestTxn(nested)) }],
+        ..Default::default()
+    };
+    out.push((
+        "nested read-only txn too large",
+        answer(kv.txn(outer).await),
+        invalid("etcdserver: request is too large"),
+    ));
+
     let add = pb::AuthUserAddRequest { name: "u1".into(), password: "pw".into(), ..Default::default() };
     out.push(("user add", answer(auth.user_add(add).await), (Code::Ok, String::new())));
     let not_found = (Code::FailedPrecondition, "etcdserver: user name not found".to_string());
@@ -281,6 +302,9 @@ async fn auth_hardening_of_etcd_3614() -> anyhow::Result<()> {
     assert_eq!(answer(kv.compact(with_token(&user, compact)).await), denied, "compaction as a user");
     let defrag = with_token(&user, pb::DefragmentRequest {});
     assert_eq!(answer(maintenance.defragment(defrag).await), denied, "defragment, mapped");
+    let odd_downgrade = with_token(&root, pb::DowngradeRequest { action: 9, version: "3.5".into() });
+    let unknown_method = (Code::Unknown, "etcdserver: unknown method".to_string());
+    assert_eq!(answer(maintenance.downgrade(odd_downgrade).await), unknown_method, "an unknown downgrade action");
     let odd_alarm = pb::AlarmRequest { action: i32::MAX, member_id: 0, alarm: 0 };
     assert_eq!(answer(maintenance.alarm(with_token(&user, odd_alarm)).await), denied, "an unknown alarm action");
 
