@@ -10,12 +10,13 @@ use serde_json::Value;
 use crate::common::{jepsen, start, tools_required};
 
 /// The start of every probe's row, in order.
-const ROWS: [&str; 10] = [
+const ROWS: [&str; 11] = [
     "200 watchers (4 streams x 50), member RSS MB",
     "puts/s while those watchers are open",
     "events delivered/s to them",
     "load 2000 puts of 64 B (500 keys), puts/s",
     "RSS MB right after that load",
+    "RSS MB after compaction (before defrag)",
     "RSS MB after compaction and defrag of it",
     "Compaction RPC (all but the last revision), s to answer",
     "Defragment RPC, s to answer",

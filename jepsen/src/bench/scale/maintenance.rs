@@ -2,7 +2,7 @@
 //! defragmentation, each timed as its RPC's own time to answer, while one writer keeps putting on a
 //! connection of its own; every one of its puts is kept (when it was sent, how long it took) for the
 //! plot, and the slowest put that overlapped each operation is reported. The member's RSS is read
-//! once both are done.
+//! after compaction and again once both are done.
 //!
 //! etcd answers Compaction at once and compacts in the background (etcdctl's default, `physical`
 //! unset, which is what is sent here); ours compacts before answering. So that the writer's
@@ -73,6 +73,8 @@ pub struct MaintenanceMeasure {
     pub slowest_put_during_compaction_ms: f64,
     pub slowest_put_during_defrag_ms: f64,
     pub writer_puts: Vec<WriterPut>,
+    /// The member's RSS after compaction, before defrag.
+    pub rss_after_compaction_bytes: u64,
     /// The member's RSS after compaction and defrag.
     pub rss_bytes: u64,
     pub first_error: Option<String>,
@@ -108,6 +110,7 @@ pub async fn run(server: &Server) -> Result<MaintenanceMeasure> {
         None => false,
     };
     tokio::time::sleep(QUIET).await;
+    let rss_after_compaction_bytes = server.rss_bytes()?;
 
     let mut maintenance = pb::maintenance_client::MaintenanceClient::new(admin);
     let sent = started.elapsed().as_secs_f64();
@@ -133,6 +136,7 @@ pub async fn run(server: &Server) -> Result<MaintenanceMeasure> {
         slowest_put_during_compaction_ms: slowest(&writer_puts, &compaction),
         slowest_put_during_defrag_ms: slowest(&writer_puts, &defrag),
         writer_puts,
+        rss_after_compaction_bytes,
         rss_bytes,
         first_error,
     })

@@ -61,6 +61,11 @@ fn probes(first: &TargetResult) -> Vec<Probe> {
             0,
         ),
         probe("RSS MB right after that load".into(), |r| r.load.rss_bytes as f64 / MB, 0),
+        probe(
+            "RSS MB after compaction (before defrag)".into(),
+            |r| r.maintenance.rss_after_compaction_bytes as f64 / MB,
+            0,
+        ),
         probe("RSS MB after compaction and defrag of it".into(), |r| r.maintenance.rss_bytes as f64 / MB, 0),
         probe(
             "Compaction RPC (all but the last revision), s to answer".into(),
@@ -198,7 +203,7 @@ mod tests {
         assert_eq!(cells(&table, "load 4000 puts of 1024 B (2000 keys)")[1..], ["900", "900", "1.00"]);
         assert_eq!(cells(&table, "Compaction RPC")[1..], ["0.250", "0.500", "2.00"]);
         assert_eq!(cells(&table, "slowest put of a concurrent writer during defrag")[1..], ["0.0", "0.0", "-"]);
-        assert_eq!(table.lines().filter(|l| !l.starts_with("etcd:") && !l.starts_with("ours:")).count(), 11);
+        assert_eq!(table.lines().filter(|l| !l.starts_with("etcd:") && !l.starts_with("ours:")).count(), 12);
         assert!(table.contains("etcd: compaction at revision 5000 took 1.000 s until the answer"), "{table}");
         assert!(!table.contains("ERROR"), "{table}");
     }
