@@ -38,8 +38,9 @@ pub struct ScaleOptions {
     #[arg(long, default_value_t = 400_000, value_parser = clap::value_parser!(u64).range(1..))]
     pub puts: u64,
 
-    /// --scale: the value size of every put, in bytes
-    #[arg(long, default_value_t = 1024, value_parser = clap::value_parser!(u64).range(8..=1_048_576))]
+    /// --scale: the value size of the watch probe's and the load's puts, in bytes (the concurrent
+    /// writer's are 64 B)
+    #[arg(long, default_value_t = 1024, value_parser = clap::value_parser!(u64).range(1..=1_048_576))]
     pub value_size: u64,
 
     /// --scale: the `--quota-backend-bytes` both servers get
@@ -96,7 +97,7 @@ mod tests {
 
     #[test]
     fn bad_sizes_and_memory_mode_are_refused() {
-        for bad in [&["--watchers", "0"][..], &["--value-size", "4"], &["--puts", "-1"], &["--scale", "--memory"]] {
+        for bad in [&["--watchers", "0"][..], &["--value-size", "0"], &["--puts", "-1"], &["--scale", "--memory"]] {
             assert!(parse(bad).is_err(), "{bad:?} must be refused");
         }
     }
