@@ -12,9 +12,12 @@
 //! - [`workload`]: the clients (closed loop, one outstanding request each) and the watch probe.
 //! - [`stats`]: latency percentiles and QPS; [`resources`]: RSS and CPU seconds from `/proc`.
 //! - [`table`]: rounds, medians and the printed table.
+//! - [`scale`]: `--scale`, one member of each target probed for many watchers, a large load,
+//!   compaction and defrag.
 
 pub mod options;
 pub mod resources;
+pub mod scale;
 pub mod stats;
 pub mod table;
 pub mod workload;
@@ -65,6 +68,10 @@ struct Report<'a> {
 
 /// Runs the benchmark; the process must already be in private network and PID namespaces.
 pub async fn run(opts: BenchOptions) -> Result<Outcome> {
+    if opts.scale.scale {
+        let outcome = scale::run(&opts).await?;
+        return Ok(Outcome { dir: outcome.dir, table: outcome.table });
+    }
     netns::prepare()?;
     let started = Instant::now();
     let dir = create_dir(&opts)?;
@@ -200,7 +207,7 @@ async fn run_round(opts: &BenchOptions, target: Target, number: u32, dir: &Path)
         let setup = Setup {
             leader: client_url(&cluster.members[leader]),
             members: cluster.members.iter().map(client_url).collect(),
-            stop: if workload == BenchWorkload::Load { options::Stop::Total(opts.keys) } else { opts.stop() },
+            stop: if workload == BenchWorkload::Load { options::Stop::Total(opts.load_keys()) } else { opts.stop() },
             timeout: opts.request_timeout(),
             watch_rate: opts.watch_rate,
             put_sequence: Arc::clone(&put_sequence),

@@ -7,6 +7,7 @@ use std::time::Duration;
 use clap::{Args, ValueEnum};
 use serde::Serialize;
 
+use super::scale::options::ScaleOptions;
 use crate::options::Target;
 
 /// Which clusters to measure.
@@ -184,6 +185,9 @@ pub enum Stop {
     After(Duration),
 }
 
+/// `load`'s keys when `--keys` is not given.
+const DEFAULT_LOAD_KEYS: u64 = 1_000_000;
+
 /// Where Debian's etcd-server puts etcd.
 pub const DEFAULT_ETCD_BIN: &str = "/usr/bin/etcd";
 
@@ -216,9 +220,14 @@ pub struct BenchOptions {
     #[arg(long)]
     pub memory: bool,
 
-    /// load: how many distinct keys to write (rounded up to a multiple of 100, the keys per Txn)
-    #[arg(long, default_value_t = 1_000_000, value_parser = clap::value_parser!(u64).range(1..))]
-    pub keys: u64,
+    /// load: how many distinct keys to write (rounded up to a multiple of 100, the keys per Txn);
+    /// --scale: the key space its --puts cycle over [default: 1000000, with --scale 200000]
+    #[arg(long, value_parser = clap::value_parser!(u64).range(1..))]
+    pub keys: Option<u64>,
+
+    /// scale mode and its sizes (`--scale`)
+    #[command(flatten)]
+    pub scale: ScaleOptions,
 
     /// watch-latency: puts per second
     #[arg(long, default_value_t = 100, value_parser = clap::value_parser!(u32).range(1..))]
@@ -252,6 +261,16 @@ impl BenchOptions {
             Some(total) => Stop::Total(total),
             None => Stop::After(Duration::from_secs_f64(self.duration)),
         }
+    }
+
+    /// The keys `load` writes (`--keys`, 1,000,000 unless given).
+    pub fn load_keys(&self) -> u64 {
+        self.keys.unwrap_or(DEFAULT_LOAD_KEYS)
+    }
+
+    /// The key space of `--scale`'s load (`--keys`, 200,000 unless given).
+    pub fn scale_keys(&self) -> u64 {
+        self.keys.unwrap_or(super::scale::options::DEFAULT_KEYS)
     }
 
     /// The workloads of one round: `load` alone in memory mode, else `--workloads`.
@@ -298,7 +317,7 @@ mod tests {
         assert_eq!(opts.target.targets(), vec![Target::Ours, Target::Etcd]);
         assert_eq!(opts.workloads, BenchWorkload::DEFAULT.to_vec());
         assert!(!opts.workloads.contains(&BenchWorkload::Load));
-        assert_eq!((opts.rounds, opts.keys, opts.watch_rate), (3, 1_000_000, 100));
+        assert_eq!((opts.rounds, opts.load_keys(), opts.watch_rate), (3, 1_000_000, 100));
         assert_eq!(opts.stop(), Stop::After(Duration::from_secs(5)));
         assert_eq!(opts.round_workloads(), BenchWorkload::DEFAULT.to_vec());
     }
@@ -311,7 +330,7 @@ mod tests {
         assert_eq!(opts.workloads, vec![BenchWorkload::RangeSer1, BenchWorkload::Put1000All]);
         assert_eq!(opts.stop(), Stop::Total(50));
         let memory = parse(&["--memory", "--keys", "5000", "--target", "etcd"]).expect("valid flags");
-        assert_eq!((memory.round_workloads(), memory.keys), (vec![BenchWorkload::Load], 5000));
+        assert_eq!((memory.round_workloads(), memory.load_keys()), (vec![BenchWorkload::Load], 5000));
         for bad in [&["--target", "mine"][..], &["--workloads", "scan"], &["--rounds", "0"], &["--duration", "-1"]] {
             assert!(parse(bad).is_err(), "{bad:?} must be refused");
         }

@@ -126,12 +126,12 @@ pub async fn connect(url: &str) -> Result<Channel> {
 }
 
 /// One client's request, repeated: `seq` numbers the requests of the whole workload.
-trait Caller: Send + 'static {
+pub trait Caller: Send + 'static {
     fn call(&mut self, seq: u64) -> impl Future<Output = Result<(), tonic::Status>> + Send;
 }
 
 /// Runs every caller as a closed-loop client until `stop` and summarizes their latencies.
-async fn drive<C: Caller>(callers: Vec<C>, stop: Stop, timeout: Duration) -> (Stats, Option<String>) {
+pub async fn drive<C: Caller>(callers: Vec<C>, stop: Stop, timeout: Duration) -> (Stats, Option<String>) {
     let next = Arc::new(AtomicU64::new(0));
     let start = Instant::now();
     let deadline = match stop {

@@ -12,6 +12,9 @@
 //! paired history to `f`, outcome and times, reading `f` from the payload's JSON (every workload's
 //! payload is tagged with `f`, see [`crate::history`]).
 //!
+//! [`timeline`] draws another kind of chart, latency over time of a few named series with labelled
+//! spans shaded (`jepsen bench --scale`'s writer during compaction and defrag).
+//!
 //! Text needs a font. Plotters is built with its pure-Rust `ab_glyph` renderer, which links no
 //! system library but has no fonts of its own, so [`font`] loads one from a list of well-known
 //! paths. Without one the plots are drawn without any text (no title, tick labels or legend)
@@ -31,6 +34,7 @@ use plotters::element::DynElement;
 use plotters::prelude::*;
 
 pub mod sample;
+pub mod timeline;
 
 use sample::{bucket_width_s, throughput};
 pub use sample::{f_of, fault_windows, FaultWindow, Sample};

@@ -18,5 +18,6 @@ mod fuzz;
 mod lease;
 mod net_faults;
 mod register;
+mod scale;
 mod set_append;
 mod watch_mixed;

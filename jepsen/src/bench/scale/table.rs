@@ -1,0 +1,220 @@
+//! What `jepsen bench --scale` measured on each target, and its table: one row per probe, one
+//! column per target (etcd first, as the table), and the ratio ours/etcd when both ran.
+
+use std::fmt::Write as _;
+
+use serde::Serialize;
+
+use super::load::LoadMeasure;
+use super::maintenance::MaintenanceMeasure;
+use super::watchers::WatchMeasure;
+use crate::options::Target;
+
+const MB: f64 = 1024.0 * 1024.0;
+
+/// Everything measured on one target's member.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct TargetResult {
+    pub target: Target,
+    pub binary: String,
+    pub watch: WatchMeasure,
+    pub load: LoadMeasure,
+    pub maintenance: MaintenanceMeasure,
+    pub duration_secs: f64,
+}
+
+impl TargetResult {
+    /// Every error any probe saw, named by probe.
+    pub fn errors(&self) -> Vec<String> {
+        let probes = [
+            ("watch", &self.watch.first_error),
+            ("load", &self.load.first_error),
+            ("maintenance", &self.maintenance.first_error),
+        ];
+        probes.iter().filter_map(|(probe, error)| error.as_ref().map(|e| format!("{probe}: {e}"))).collect()
+    }
+}
+
+/// One row: its label and how to read its figure from a result, with its decimals.
+struct Probe {
+    label: String,
+    value: fn(&TargetResult) -> f64,
+    decimals: usize,
+}
+
+fn probes(first: &TargetResult) -> Vec<Probe> {
+    let w = &first.watch;
+    let l = &first.load;
+    let per_stream = w.watchers.div_ceil(w.streams.max(1));
+    let probe = |label: String, value: fn(&TargetResult) -> f64, decimals| Probe { label, value, decimals };
+    vec![
+        probe(
+            format!("{} watchers ({} streams x {per_stream}), member RSS MB", w.watchers, w.streams),
+            |r| r.watch.rss_bytes as f64 / MB,
+            0,
+        ),
+        probe("puts/s while those watchers are open".into(), |r| r.watch.puts_per_sec, 0),
+        probe("events delivered/s to them".into(), |r| r.watch.events_per_sec, 0),
+        probe(
+            format!("load {} puts of {} B ({} keys), puts/s", l.puts, l.value_size, l.keys),
+            |r| r.load.puts_per_sec,
+            0,
+        ),
+        probe("RSS MB right after that load".into(), |r| r.load.rss_bytes as f64 / MB, 0),
+        probe(
+            "RSS MB after compaction (before defrag)".into(),
+            |r| r.maintenance.rss_after_compaction_bytes as f64 / MB,
+            0,
+        ),
+        probe("RSS MB after compaction and defrag of it".into(), |r| r.maintenance.rss_bytes as f64 / MB, 0),
+        probe(
+            "Compaction RPC (all but the last revision), s to answer".into(),
+            |r| r.maintenance.compaction_rpc_secs,
+            3,
+        ),
+        probe("Defragment RPC, s to answer".into(), |r| r.maintenance.defrag_rpc_secs, 3),
+        probe(
+            "slowest put of a concurrent writer during compaction, ms".into(),
+            |r| r.maintenance.slowest_put_during_compaction_ms,
+            1,
+        ),
+        probe(
+            "slowest put of a concurrent writer during defrag, ms".into(),
+            |r| r.maintenance.slowest_put_during_defrag_ms,
+            1,
+        ),
+    ]
+}
+
+/// The table of `results` (in column order), with notes on errors and on compaction windows.
+pub fn render(results: &[TargetResult]) -> String {
+    let Some(first) = results.first() else { return String::new() };
+    let pair = match results {
+        [etcd, ours] if etcd.target == Target::Etcd && ours.target == Target::Ours => Some((etcd, ours)),
+        _ => None,
+    };
+    let mut header = vec!["probe".to_string()];
+    header.extend(results.iter().map(|r| r.target.name().to_string()));
+    if pair.is_some() {
+        header.push("ours/etcd".to_string());
+    }
+    let mut lines = vec![header];
+    for probe in probes(first) {
+        let mut line = vec![probe.label];
+        line.extend(results.iter().map(|r| format!("{:.*}", probe.decimals, (probe.value)(r))));
+        if let Some((etcd, ours)) = pair {
+            let (a, b) = ((probe.value)(ours), (probe.value)(etcd));
+            line.push(if b != 0.0 && a.is_finite() && b.is_finite() { format!("{:.2}", a / b) } else { "-".into() });
+        }
+        lines.push(line);
+    }
+    let mut out = align(&lines);
+    for result in results {
+        let m = &result.maintenance;
+        let _ = writeln!(
+            out,
+            "{}: compaction at revision {} took {:.3} s until {} (writer puts: {})",
+            result.target.name(),
+            m.compact_revision,
+            m.compaction.end_secs - m.compaction.start_secs,
+            if m.compaction_done_reported { "its /metrics reported it done" } else { "the answer" },
+            m.writer_puts.len(),
+        );
+        for error in result.errors() {
+            let _ = writeln!(out, "{}: ERROR {error}", result.target.name());
+        }
+    }
+    out
+}
+
+/// Left-aligns the first column and right-aligns the others, two spaces apart.
+fn align(lines: &[Vec<String>]) -> String {
+    let columns = lines.iter().map(Vec::len).max().unwrap_or(0);
+    let widths: Vec<usize> = (0..columns)
+        .map(|c| lines.iter().filter_map(|line| line.get(c)).map(|cell| cell.chars().count()).max().unwrap_or(0))
+        .collect();
+    let mut out = String::new();
+    for line in lines {
+        let cells: Vec<String> = line
+            .iter()
+            .enumerate()
+            .map(
+                |(c, cell)| {
+                    if c == 0 {
+                        format!("{cell:<w$}", w = widths[c])
+                    } else {
+                        format!("{cell:>w$}", w = widths[c])
+                    }
+                },
+            )
+            .collect();
+        let _ = writeln!(out, "{}", cells.join("  ").trim_end());
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::bench::scale::maintenance::Interval;
+
+    fn result(target: Target, scale: f64) -> TargetResult {
+        TargetResult {
+            target,
+            binary: "bin".into(),
+            watch: WatchMeasure {
+                watchers: 1000,
+                streams: 10,
+                rss_bytes: (100.0 * scale * MB) as u64,
+                puts_per_sec: 500.0 * scale,
+                events_per_sec: 50_000.0,
+                ..WatchMeasure::default()
+            },
+            load: LoadMeasure {
+                puts: 4000,
+                keys: 2000,
+                value_size: 1024,
+                puts_per_sec: 900.0,
+                ..LoadMeasure::default()
+            },
+            maintenance: MaintenanceMeasure {
+                compact_revision: 5000,
+                compaction_rpc_secs: 0.25 * scale,
+                compaction: Interval { start_secs: 2.0, end_secs: 3.0 },
+                ..MaintenanceMeasure::default()
+            },
+            duration_secs: 10.0,
+        }
+    }
+
+    fn cells<'a>(table: &'a str, prefix: &str) -> Vec<&'a str> {
+        let line = table.lines().find(|l| l.starts_with(prefix)).unwrap_or_else(|| panic!("no {prefix} in\n{table}"));
+        line.split("  ").map(str::trim).filter(|c| !c.is_empty()).collect()
+    }
+
+    #[test]
+    fn both_targets_give_etcd_ours_and_their_ratio() {
+        let table = render(&[result(Target::Etcd, 1.0), result(Target::Ours, 2.0)]);
+        assert_eq!(cells(&table, "probe"), ["probe", "etcd", "ours", "ours/etcd"]);
+        assert_eq!(
+            cells(&table, "1000 watchers"),
+            ["1000 watchers (10 streams x 100), member RSS MB", "100", "200", "2.00"]
+        );
+        assert_eq!(cells(&table, "load 4000 puts of 1024 B (2000 keys)")[1..], ["900", "900", "1.00"]);
+        assert_eq!(cells(&table, "Compaction RPC")[1..], ["0.250", "0.500", "2.00"]);
+        assert_eq!(cells(&table, "slowest put of a concurrent writer during defrag")[1..], ["0.0", "0.0", "-"]);
+        assert_eq!(table.lines().filter(|l| !l.starts_with("etcd:") && !l.starts_with("ours:")).count(), 12);
+        assert!(table.contains("etcd: compaction at revision 5000 took 1.000 s until the answer"), "{table}");
+        assert!(!table.contains("ERROR"), "{table}");
+    }
+
+    #[test]
+    fn one_target_has_one_column_and_errors_are_shown() {
+        let mut ours = result(Target::Ours, 1.0);
+        ours.load.first_error = Some("Unavailable: gone".into());
+        let table = render(&[ours]);
+        assert_eq!(cells(&table, "probe"), ["probe", "ours"]);
+        assert!(table.contains("ours: ERROR load: Unavailable: gone"), "{table}");
+        assert_eq!(render(&[]), "");
+    }
+}
