@@ -43,6 +43,12 @@
 //!   and is asked about each key with the user's token.
 //! - **A Txn's Puts** (633de82d0; apply/apply_auth.go `checkPutAuth`): a Put in a Txn, at any depth, with
 //!   `prev_kv` needs read permission on its key, with a lease write permission on every key of the lease.
+//! - **Nested Txns** (apply/apply_auth.go `checkTxnReqsPermission`, its `RequestOp_RequestTxn` case): 3.6
+//!   checks a nested Txn, at any depth and in either branch, whether it runs or not, as the top one (read on
+//!   compares and Ranges, write on Puts and DeleteRanges, read on a DeleteRange's range for `prev_kv`);
+//!   3.5.1's `checkTxnAuth` stops at the top and applies nested ops unchecked. Without a token 3.6 refuses
+//!   "user name is empty" a Txn that 3.5.1 does not check at all (nothing but nested Txns at the top).
+//!   Each added check is probed with the caller's token ([`super::txn_permission`]).
 
 use std::time::Duration;
 

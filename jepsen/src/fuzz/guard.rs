@@ -1,14 +1,15 @@
 //! The auth checks etcd 3.6.14 runs where 3.5.1 runs fewer, or answers them unmapped: the 2026 hardening
-//! (etcd-io/etcd 7f73a57b8, c99cf0c39, 576a6a00c, 633de82d0). Which check guards each request
-//! ([`guard`]), and how etcd's answers to the probes of [`super::probe`] read ([`Standing`],
-//! [`Permission`], [`txn_refusal`]). No I/O here; [`super::hardening`] puts probes and checks together.
+//! (etcd-io/etcd 7f73a57b8, c99cf0c39, 576a6a00c, 633de82d0) and the permission checks inside nested Txns.
+//! Which check guards each request ([`guard`]), and how etcd's answers to the probes of [`super::probe`]
+//! read ([`Standing`], [`Permission`], [`txn_refusal`]). No I/O here; [`super::hardening`] puts probes and
+//! checks together.
 
-use prost_reflect::DynamicMessage;
 use tonic::Code;
 
 use super::call::Answer;
 use super::field;
 use super::request::Request;
+use super::txn_permission::TxnChecks;
 
 /// `rpctypes` errors as 3.6's `togRPCError` maps them.
 pub const USER_EMPTY: (Code, &str) = (Code::InvalidArgument, "etcdserver: user name is empty");
@@ -41,8 +42,9 @@ pub enum Guard {
     AdminUnmapped,
     /// `requireAuthInfo` (v3_server.go, v3rpc/auth.go): a valid token of some user, then `then`.
     User { etcd_checks_token: bool, then: Option<KeyCheck> },
-    /// `checkPutAuth` (apply/apply_auth.go) on a Txn's Puts that 3.5.1 checked less.
-    TxnPuts(Vec<PutCheck>),
+    /// `checkTxnPermission` (apply/apply_auth.go) where it checks more than 3.5.1's: a Txn's Puts, and
+    /// everything inside its nested Txns.
+    Txn(TxnChecks),
 }
 
 /// The per-key checks of the lease requests, for a user without the root role.
@@ -54,15 +56,6 @@ pub enum KeyCheck {
     ReadAllLeaseKeys,
     /// `checkLeaseRenew` (a keep-alive): write on every key of the lease.
     WriteLeaseKeys(i64),
-}
-
-/// A Put in a Txn whose checks 3.6 added: read on its key for `prev_kv`, write on the keys of its lease.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct PutCheck {
-    pub key: Vec<u8>,
-    pub prev_kv: bool,
-    /// 0: none.
-    pub lease: i64,
 }
 
 /// The check 3.6 runs on `request` that 3.5.1 does not run (or answers otherwise); `None` when they agree.
@@ -86,30 +79,10 @@ pub fn guard(request: &Request) -> Option<Guard> {
         (_, "LeaseLeases") => user(false, Some(KeyCheck::ReadAllLeaseKeys)),
         (_, "LeaseKeepAlive") => user(false, Some(KeyCheck::WriteLeaseKeys(field::int64(message, "ID")))),
         ("etcdserverpb.KV", "Txn") => {
-            let mut puts = Vec::new();
-            txn_puts(message, &mut puts);
-            (!puts.is_empty()).then_some(Guard::TxnPuts(puts))
+            let checks = TxnChecks::of(message);
+            (!checks.added.is_empty()).then_some(Guard::Txn(checks))
         }
         _ => None,
-    }
-}
-
-/// The Puts with `prev_kv` or a lease in a Txn, at any depth, in the order 3.6's `checkTxnPermission`
-/// meets them: the success ops, then the failure ops, each nested Txn where it stands.
-fn txn_puts(txn: &DynamicMessage, out: &mut Vec<PutCheck>) {
-    for op in field::messages(txn, "success").iter().chain(field::messages(txn, "failure").iter()) {
-        if let Some(put) = field::message(op, "request_put") {
-            let check = PutCheck {
-                key: field::bytes(put, "key"),
-                prev_kv: field::boolean(put, "prev_kv"),
-                lease: field::int64(put, "lease"),
-            };
-            if check.prev_kv || check.lease != 0 {
-                out.push(check);
-            }
-        } else if let Some(nested) = field::message(op, "request_txn") {
-            txn_puts(nested, out);
-        }
     }
 }
 
@@ -176,14 +149,14 @@ impl Permission {
     }
 }
 
-/// 3.6's answer to a Txn whose Put checks refuse it with `refusal`, from 3.5.1's answer to the same Txn
-/// sent with a token no server issued. The gRPC handler's checks (`checkTxnRequest`, `checkIntervals`)
-/// come first in both; then 3.5.1 stops at the token, before anything is applied, where 3.6 goes on to
-/// the permission checks. `None` when the probe says neither.
+/// 3.6's answer to a Txn whose added permission checks refuse it with `refusal`, from 3.5.1's answer to
+/// the same Txn sent with a token no server issued. The gRPC handler's checks (`checkTxnRequest`,
+/// `checkIntervals`, the same in both) come first; then 3.5.1 stops at the token, before anything is
+/// applied, where 3.6 goes on to the permission checks. `None` when the handler refuses it (etcd refuses
+/// the Txn itself the same way, so it goes there) or the probe says neither.
 pub fn txn_refusal(garbage_probe: &Answer, refusal: Answer) -> Option<Answer> {
     match garbage_probe {
         Answer::Status { code, message } if (*code, message.as_str()) == INVALID_TOKEN => Some(refusal),
-        Answer::Status { code: Code::InvalidArgument, .. } => Some(garbage_probe.clone()),
         _ => None,
     }
 }
@@ -191,10 +164,11 @@ pub fn txn_refusal(garbage_probe: &Answer, refusal: Answer) -> Option<Answer> {
 #[cfg(test)]
 mod tests {
     use bytes::Bytes;
-    use prost_reflect::Value;
+    use prost_reflect::{DynamicMessage, Value};
 
     use super::super::catalog::Catalog;
     use super::super::request::Caller;
+    use super::super::txn_permission::Need;
     use super::*;
 
     fn build(catalog: &Catalog, message_name: &str, fields: Vec<(&str, Value)>) -> DynamicMessage {
@@ -255,10 +229,10 @@ mod tests {
     }
 
     #[test]
-    fn a_txn_is_guarded_by_its_puts_with_prev_kv_or_a_lease_at_any_depth() {
+    fn a_txn_is_guarded_when_3_6_checks_more_of_it() {
         let catalog = Catalog::load().expect("descriptors");
         let txn = |fields| build(&catalog, "etcdserverpb.TxnRequest", fields);
-        let nested = txn(vec![("failure", Value::List(vec![put(&catalog, b"k3", false, 2)]))]);
+        let nested = txn(vec![("failure", Value::List(vec![put(&catalog, b"k3", false, 0)]))]);
         let nested_op = build(&catalog, "etcdserverpb.RequestOp", vec![("request_txn", Value::Message(nested))]);
         let outer = txn(vec![
             ("success", Value::List(vec![put(&catalog, b"k1", true, 0), put(&catalog, b"k2", false, 0)])),
@@ -266,11 +240,11 @@ mod tests {
         ]);
         let method = catalog.method("etcdserverpb.KV", "Txn").expect("Txn");
         let request = Request { method, message: outer, caller: Caller::User(1), invalid_utf8_field: None };
-        let expected = vec![
-            PutCheck { key: b"k1".to_vec(), prev_kv: true, lease: 0 },
-            PutCheck { key: b"k3".to_vec(), prev_kv: false, lease: 2 },
-        ];
-        assert_eq!(guard(&request), Some(Guard::TxnPuts(expected)));
+        let Some(Guard::Txn(checks)) = guard(&request) else { panic!("a Txn guard") };
+        let needs: Vec<_> = checks.added.iter().map(|check| (check.need.clone(), check.nested)).collect();
+        let read_k1 = Need::Read { key: b"k1".to_vec(), range_end: vec![] };
+        let write_k3 = Need::Write { key: b"k3".to_vec(), range_end: vec![] };
+        assert_eq!(needs, vec![(read_k1, false), (write_k3, true)]);
         let plain = txn(vec![("success", Value::List(vec![put(&catalog, b"k2", false, 0)]))]);
         assert_eq!(guard(&Request { message: plain, ..request }), None);
     }
@@ -307,7 +281,7 @@ mod tests {
         let denied = status(PERMISSION_DENIED);
         assert_eq!(txn_refusal(&status(INVALID_TOKEN), denied.clone()), Some(denied.clone()));
         let duplicate = status((Code::InvalidArgument, "etcdserver: duplicate key given in txn request"));
-        assert_eq!(txn_refusal(&duplicate, denied.clone()), Some(duplicate));
+        assert_eq!(txn_refusal(&duplicate, denied.clone()), None);
         assert_eq!(txn_refusal(&ok, denied.clone()), None);
         assert_eq!(txn_refusal(&Answer::Timeout, denied), None);
     }

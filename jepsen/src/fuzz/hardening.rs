@@ -1,20 +1,22 @@
 //! etcd 3.6.14's auth hardening (the 2026 backports etcd-io/etcd 7f73a57b8, c99cf0c39, 576a6a00c,
-//! 633de82d0) as 3.6 rules: while etcd has auth on, a request one of [`super::guard`]'s checks refuses in
-//! 3.6 is held back from etcd and 3.6's refusal stands in for its answer, so that 3.5.1 neither answers
-//! otherwise nor applies what 3.6 refuses (a lease granted, a compaction, an alarm, a Txn). Whether a check
-//! refuses depends on etcd's auth state (is the token still valid, does the user hold the root role, may it
-//! read or write a lease's keys), so etcd is asked ([`super::probe`]). When a probe gets no clear answer the
-//! request goes to etcd as before. With auth off every one of these checks passes in 3.6: nothing changes.
+//! 633de82d0) and its permission checks inside nested Txns as 3.6 rules: while etcd has auth on, a request
+//! one of [`super::guard`]'s checks refuses in 3.6 is held back from etcd and 3.6's refusal stands in for
+//! its answer, so that 3.5.1 neither answers otherwise nor applies what 3.6 refuses (a lease granted, a
+//! compaction, an alarm, a Txn). Whether a check refuses depends on etcd's auth state (is the token still
+//! valid, does the user hold the root role, may it read or write a key, a range, a lease's keys), so etcd
+//! is asked ([`super::probe`]). When a probe gets no clear answer the request goes to etcd as before. With
+//! auth off every one of these checks passes in 3.6: nothing changes.
 
 use bytes::Bytes;
 
 use super::call::Answer;
 use super::etcd36::Credential;
-use super::guard::{self, Guard, KeyCheck, Permission, PutCheck, Standing, INVALID_TOKEN, USER_EMPTY};
+use super::guard::{self, Guard, KeyCheck, Permission, Standing, INVALID_TOKEN, USER_EMPTY};
 use super::known;
 use super::probe::Probe;
 use super::request::Request;
 use super::rule::Rule36;
+use super::txn_permission::{Need, TxnChecks};
 
 /// What the rules know of the caller, and where to ask the rest.
 pub struct Context<'a> {
@@ -37,7 +39,7 @@ pub async fn held_back(request: &Request, body: &Bytes, cx: &Context<'_>) -> Opt
         Guard::AdminUnmapped => None,
         Guard::Admin { etcd_checks_token } => admin(cx, etcd_checks_token).await.map(|a| (a, Rule36::AdminRequired)),
         Guard::User { etcd_checks_token, then } => user(cx, etcd_checks_token, then).await,
-        Guard::TxnPuts(puts) => txn(request, body, &puts, cx).await.map(|a| (a, Rule36::TxnPut)),
+        Guard::Txn(checks) => txn(request, body, &checks, cx).await,
     }
 }
 
@@ -91,8 +93,11 @@ async fn key_refusal(cx: &Context<'_>, check: KeyCheck) -> Option<Answer> {
     };
     for id in ids {
         for key in cx.probe.lease_keys(cx.root, id).await? {
-            let permission =
-                if write { cx.probe.write(cx.token, &key).await } else { cx.probe.read(cx.token, &key).await };
+            let permission = if write {
+                cx.probe.write(cx.token, &key, &[]).await
+            } else {
+                cx.probe.read(cx.token, &key, &[]).await
+            };
             if let Some(verdict) = first_refusal(permission) {
                 return verdict;
             }
@@ -101,35 +106,64 @@ async fn key_refusal(cx: &Context<'_>, check: KeyCheck) -> Option<Answer> {
     None
 }
 
-/// A Txn from a user without the root role whose Puts fail a check 3.6 added: 3.6's answer is the
-/// handler's refusal if there is one, else the permission refusal (every check before the Puts' refuses
-/// the same way). A request near etcd's size limit is left alone: 3.6 refuses it as too large, between the
-/// token and the permissions, where the probe with a garbage token stops at the token.
-async fn txn(request: &Request, body: &Bytes, puts: &[PutCheck], cx: &Context<'_>) -> Option<Answer> {
-    if cx.credential != Credential::Token || known::may_be_too_large(body.len()) {
+/// A Txn that 3.6 refuses at one of the permission checks it adds ([`super::txn_permission`]), where
+/// 3.5.1 may take (and apply) it. 3.6 gets there last, after the handler's checks, the token, the request
+/// size and the alarms; every check before refuses the same way for one caller (`isOpPermitted`: no
+/// user, an old auth revision, else "permission denied"), so the first refusal of the added checks is
+/// 3.6's answer whatever 3.5.1 would make of the others.
+///
+/// - No token: 3.6's first check refuses "user name is empty"; 3.5.1 refuses so too unless it checks
+///   nothing, which is when the rule applies.
+/// - A token etcd issued, of a user without the root role: etcd is asked about each added check.
+/// - A garbage token, a token etcd dropped, an admin: 3.5.1 answers as 3.6 (or checks pass in both).
+/// - Near etcd's size limit: 3.6 refuses it as too large, between the token and the permissions, where
+///   the probe with a garbage token stops at the token; it goes to etcd, which answers the same.
+async fn txn(request: &Request, body: &Bytes, checks: &TxnChecks, cx: &Context<'_>) -> Option<(Answer, Rule36)> {
+    if known::may_be_too_large(body.len()) {
         return None;
     }
-    let Standing::NotAdmin(_) = cx.probe.standing(cx.token).await else { return None };
-    let refusal = put_refusal(cx, puts).await?;
+    let (refusal, rule) = match cx.credential {
+        Credential::NoToken if checks.refused_only_without_user_by_36() => {
+            (guard::status(USER_EMPTY), Rule36::TxnNested)
+        }
+        Credential::Token => {
+            let Standing::NotAdmin(_) = cx.probe.standing(cx.token).await else { return None };
+            txn_check_refusal(cx, checks).await?
+        }
+        Credential::NoToken | Credential::Garbage => return None,
+    };
+    // An alarm changes the apply chain: 3.6 refuses writes as NoSpace (corrupt: everything) before the
+    // permission checks, and 3.5.1 checks no permission while one is raised, so its write probes say
+    // nothing. Asked only now, as alarms are rare and refusals few.
+    if cx.probe.alarm_raised().await != Some(false) {
+        return None;
+    }
     let probe = cx.probe.ask(&request.method.path(), body.clone(), cx.garbage).await;
-    guard::txn_refusal(&probe, refusal)
+    guard::txn_refusal(&probe, refusal).map(|answer| (answer, rule))
 }
 
-/// The first refusal of `checkPutAuth`'s added checks, in its order: write on every key of the Put's
-/// lease (`checkLeasePuts`), then read on its key for `prev_kv`.
-async fn put_refusal(cx: &Context<'_>, puts: &[PutCheck]) -> Option<Answer> {
-    for put in puts {
-        if put.lease != 0 {
-            for key in cx.probe.lease_keys(cx.root, put.lease).await? {
-                if let Some(verdict) = first_refusal(cx.probe.write(cx.token, &key).await) {
-                    return verdict;
-                }
-            }
+/// The first refusal of the added checks, in 3.6's order, with the rule it answers for; `None` when all
+/// pass or one is not known.
+async fn txn_check_refusal(cx: &Context<'_>, checks: &TxnChecks) -> Option<(Answer, Rule36)> {
+    for check in &checks.added {
+        let verdict = match &check.need {
+            Need::Read { key, range_end } => first_refusal(cx.probe.read(cx.token, key, range_end).await),
+            Need::Write { key, range_end } => first_refusal(cx.probe.write(cx.token, key, range_end).await),
+            Need::WriteLeaseKeys(id) => lease_refusal(cx, *id).await,
+        };
+        if let Some(refusal) = verdict {
+            return refusal.map(|answer| (answer, check.rule()));
         }
-        if put.prev_kv {
-            if let Some(verdict) = first_refusal(cx.probe.read(cx.token, &put.key).await) {
-                return verdict;
-            }
+    }
+    None
+}
+
+/// `checkLeasePuts`: write on every key of the lease, in the lessor's order; [`first_refusal`]'s verdict.
+async fn lease_refusal(cx: &Context<'_>, id: i64) -> Option<Option<Answer>> {
+    let Some(keys) = cx.probe.lease_keys(cx.root, id).await else { return Some(None) };
+    for key in keys {
+        if let Some(verdict) = first_refusal(cx.probe.write(cx.token, &key, &[]).await) {
+            return Some(verdict);
         }
     }
     None

@@ -13,9 +13,10 @@
 //!   bytes and its JSON.
 //! - [`call`]: raw unary and stream calls and their [`call::Answer`]; [`field`]: a request's fields;
 //!   [`known`]: etcd's answers for the requests etcd 3.5.1 cannot take (or should not: 3.6 refuses them);
-//!   [`etcd36`]: etcd 3.6's answers where they differ from 3.5.1's; [`guard`], [`probe`], [`hardening`]:
-//!   3.6.14's added auth checks, what etcd is asked to evaluate them, and their verdict; [`rule`]: the 3.6
-//!   rules by name, as counted; [`auth`]: the auth-on setup and each server's tokens.
+//!   [`etcd36`]: etcd 3.6's answers where they differ from 3.5.1's; [`guard`], [`txn_permission`],
+//!   [`probe`], [`hardening`]: 3.6.14's added auth checks (those of a Txn apart), what etcd is asked to
+//!   evaluate them, and their verdict; [`rule`]: the 3.6 rules by name, as counted; [`auth`]: the auth-on
+//!   setup and each server's tokens.
 //! - [`alarm`]: raised alarms cleared again after a few requests; [`compare`]: when two answers are the
 //!   same; [`report`]: classes, table, `fuzz.json`.
 
@@ -37,6 +38,7 @@ pub mod report;
 pub mod request;
 pub mod rule;
 pub mod server;
+pub mod txn_permission;
 pub mod value;
 
 use std::path::{Path, PathBuf};

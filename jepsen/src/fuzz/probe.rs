@@ -1,7 +1,7 @@
 //! Requests the fuzzer sends etcd 3.5.1 on its own account, to learn what 3.6's added auth checks
-//! ([`super::guard`]) would find there: who a token belongs to, whether a user may read or write a key,
-//! which keys a lease holds. None of them changes etcd's store (or its revision), so the two stores stay
-//! in step; none goes to ours.
+//! ([`super::guard`]) would find there: who a token belongs to, whether a user may read or write a key or
+//! range, which keys a lease holds, whether an alarm is raised. None of them changes etcd's store (or its
+//! revision), so the two stores stay in step; none goes to ours.
 
 use std::time::Duration;
 
@@ -32,8 +32,9 @@ impl Probe<'_> {
 
     /// The decoded OK response to a unary request; `None` for any other answer.
     async fn fetch<M: Message + Default>(&self, path: &str, body: Bytes, token: Option<&str>) -> Option<M> {
-        let bytes = call::response(self.call(path, body, token)).await.ok()?;
-        M::decode(bytes).ok()
+        let bytes = call::response(self.call(path, body, token)).await;
+        tracing::debug!(path, answered = bytes.is_ok(), "auth probe");
+        M::decode(bytes.ok()?).ok()
     }
 
     fn call<'c>(&'c self, path: &'c str, body: Bytes, token: Option<&'c str>) -> Call<'c> {
@@ -54,21 +55,45 @@ impl Probe<'_> {
         Standing::of(&self.ask("/etcdserverpb.Auth/AuthStatus", body, token).await)
     }
 
-    /// Whether `token`'s user may read `key`: a serializable count-only Range of that one key, which runs
-    /// `IsRangePermitted(key, "")` as 3.6's lease checks do.
-    pub async fn read(&self, token: Option<&str>, key: &[u8]) -> Permission {
-        let range = pb::RangeRequest { key: key.to_vec(), serializable: true, count_only: true, ..Default::default() };
+    /// Whether `token`'s user may read `key` (to `range_end`): a serializable count-only Range of them,
+    /// which runs `IsRangePermitted(key, range_end)` as 3.6's checks do.
+    pub async fn read(&self, token: Option<&str>, key: &[u8], range_end: &[u8]) -> Permission {
+        let range = pb::RangeRequest {
+            key: key.to_vec(),
+            range_end: range_end.to_vec(),
+            serializable: true,
+            count_only: true,
+            ..Default::default()
+        };
         Permission::of(&self.ask("/etcdserverpb.KV/Range", Bytes::from(range.encode_to_vec()), token).await)
     }
 
-    /// Whether `token`'s user may write `key`: a Txn without compares whose empty success branch runs, and
-    /// whose failure branch puts the key. 3.5.1's `checkTxnPermission` checks both branches' Puts
-    /// (`IsPutPermitted`) before anything runs, so a refusal shows, and nothing is written either way.
-    pub async fn write(&self, token: Option<&str>, key: &[u8]) -> Permission {
-        let put = pb::PutRequest { key: key.to_vec(), ..Default::default() };
-        let op = pb::RequestOp { request: Some(pb::request_op::Request::RequestPut(put)) };
-        let txn = pb::TxnRequest { failure: vec![op], ..Default::default() };
+    /// Whether `token`'s user may write `key` (to `range_end`): a Txn without compares whose empty success
+    /// branch runs, and whose failure branch puts the key (or deletes the range). 3.5.1's
+    /// `checkTxnPermission` checks both branches' ops (`IsPutPermitted`, `IsDeleteRangePermitted`) before
+    /// anything runs, so a refusal shows, and nothing is written either way. A single key is put rather
+    /// than deleted: while a NOSPACE alarm is raised 3.5.1 checks no permission, and the Put is refused as
+    /// NoSpace (unknown) where a DeleteRange would pass as granted.
+    pub async fn write(&self, token: Option<&str>, key: &[u8], range_end: &[u8]) -> Permission {
+        use pb::request_op::Request;
+        let op = if range_end.is_empty() {
+            Request::RequestPut(pb::PutRequest { key: key.to_vec(), ..Default::default() })
+        } else {
+            let delete =
+                pb::DeleteRangeRequest { key: key.to_vec(), range_end: range_end.to_vec(), ..Default::default() };
+            Request::RequestDeleteRange(delete)
+        };
+        let txn = pb::TxnRequest { failure: vec![pb::RequestOp { request: Some(op) }], ..Default::default() };
         Permission::of(&self.ask("/etcdserverpb.KV/Txn", Bytes::from(txn.encode_to_vec()), token).await)
+    }
+
+    /// Whether etcd has an alarm raised: an Alarm GET without a token. 3.5.1 lists alarms to anyone (no
+    /// admin check at apply, `needAdminPermission`; no token is no user, not a refusal), whereas root's
+    /// token may have been dropped by a fuzzed request.
+    pub async fn alarm_raised(&self) -> Option<bool> {
+        let body = Bytes::from(pb::AlarmRequest::default().encode_to_vec());
+        let response: pb::AlarmResponse = self.fetch("/etcdserverpb.Maintenance/Alarm", body, None).await?;
+        Some(!response.alarms.is_empty())
     }
 
     /// The keys lease `id` holds (none when it does not exist), asked with `root`'s token.

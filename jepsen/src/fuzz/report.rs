@@ -103,8 +103,10 @@ pub struct AsEtcd36 {
     pub user_required: u64,
     /// Lease requests refused for a lease key the user may not read or write: held back.
     pub lease_keys: u64,
-    /// Txns refused for a Put's `prev_kv` or lease: held back.
+    /// Txns refused for a top-level Put's `prev_kv` or lease: held back.
     pub txn_put: u64,
+    /// Txns refused for something inside a nested Txn: held back.
+    pub txn_nested: u64,
 }
 
 impl AsEtcd36 {
@@ -117,6 +119,7 @@ impl AsEtcd36 {
             Rule36::UserRequired => &mut self.user_required,
             Rule36::LeaseKeys => &mut self.lease_keys,
             Rule36::TxnPut => &mut self.txn_put,
+            Rule36::TxnNested => &mut self.txn_nested,
         };
         *count += 1;
     }
@@ -239,7 +242,7 @@ impl Report {
         }
         let _ = writeln!(
             out,
-            "answered as etcd 3.6:\n{:>6} {:>4} {:>13} {:>13} {:>13} {:>11} {:>6} {:>12} {:>6} {:>10} {:>7}",
+            "answered as etcd 3.6:\n{:>6} {:>4} {:>13} {:>13} {:>13} {:>11} {:>6} {:>12} {:>6} {:>10} {:>7} {:>10}",
             "seed",
             "auth",
             "token ignored",
@@ -250,13 +253,14 @@ impl Report {
             "admin mapped",
             "user",
             "lease keys",
-            "txn put"
+            "txn put",
+            "txn nested"
         );
         for run in &self.runs {
             let counts = &run.as_etcd36;
             let _ = writeln!(
                 out,
-                "{:>6} {:>4} {:>13} {:>13} {:>13} {:>11} {:>6} {:>12} {:>6} {:>10} {:>7}",
+                "{:>6} {:>4} {:>13} {:>13} {:>13} {:>11} {:>6} {:>12} {:>6} {:>10} {:>7} {:>10}",
                 run.seed,
                 on_off(run.auth),
                 counts.token_ignored,
@@ -267,7 +271,8 @@ impl Report {
                 counts.admin_mapped,
                 counts.user_required,
                 counts.lease_keys,
-                counts.txn_put
+                counts.txn_put,
+                counts.txn_nested
             );
         }
         out
@@ -363,9 +368,11 @@ mod tests {
         as_etcd36.add(Rule36::LeaseKeys);
         as_etcd36.add(Rule36::AdminMapped);
         as_etcd36.add(Rule36::AdminMapped);
+        as_etcd36.add(Rule36::TxnNested);
         report.add_run(RunTotals { seed: 1, differences: 4, requests: 10, as_etcd36, ..RunTotals::default() });
         let text = report.render();
-        let counts = "     1  off             0             2             0           0      0            2      0          1       0\n";
+        let counts =
+            "     1  off             0             2             0           0      0            2      0          1       0          1\n";
         assert!(text.ends_with(counts), "{text}");
         assert!(
             text.starts_with("DIFFERENCES: 4 in 2 classes\n#1   KV/Put  x3\n     etcd: A\n     ours: B\n"),
@@ -375,6 +382,7 @@ mod tests {
         assert_eq!(json["classes"][0]["count"], 3);
         assert_eq!(json["runs"][0]["as_etcd36"]["watch_refused"], 2);
         assert_eq!(json["runs"][0]["as_etcd36"]["admin_mapped"], 2);
+        assert_eq!(json["runs"][0]["as_etcd36"]["txn_nested"], 1);
         assert_eq!(json["classes"][1]["ours"], "C");
         assert_eq!(json["classes"][0]["example"]["method"], "KV/Put");
         assert_eq!(truncate("abcdef", 3), "abc...");

@@ -14,6 +14,8 @@ pub enum Rule36 {
     UserRequired,
     /// A lease request refused for a key of the lease the user may not read (or write).
     LeaseKeys,
-    /// A Txn refused for a Put's `prev_kv` or `lease` (etcd-io/etcd 633de82d0).
+    /// A Txn refused for a top-level Put's `prev_kv` or `lease` (etcd-io/etcd 633de82d0).
     TxnPut,
+    /// A Txn refused for something inside a nested Txn, which 3.5.1 does not check.
+    TxnNested,
 }
