@@ -6,18 +6,22 @@
 //! of our members with the same history always agree.
 //!
 //! - [`hash_kv`] follows etcd's `HashByRev`: the key bucket's entries with a main revision up to `rev`,
-//!   except, below the compacted revision, those a compaction at `rev` would not keep. A member that
+//!   except, at or below the compacted revision, those the key index no longer holds. A member that
 //!   already compacted and one that has not yet give the same value once both report the same
 //!   `compact_revision`.
-//! - [`hash`] covers everything the log decides: the key, lease and alarm buckets, and the compacted
-//!   revision. It leaves out the Raft bookkeeping the embedding layer keeps in the meta bucket (the
-//!   applied log id and membership), which each member commits at its own pace.
+//! - [`hash`] covers everything the log decides: the key bucket (with the same exception), the lease
+//!   and alarm buckets, and the compacted revision. It leaves out the Raft bookkeeping the embedding
+//!   layer keeps in the meta bucket (the applied log id and membership), which each member commits at
+//!   its own pace, and the finished compaction, which each member's compactor reaches at its own pace.
+//!
+//! Compaction frees revisions in the index at once and deletes them from the backend later, in the
+//! background (see [`crate::compactor`]): leaving out what the index no longer holds makes a member
+//! still deleting and one done agree.
 
 use std::collections::HashSet;
 
 use crate::backend::Bucket;
 use crate::error::{Error, Result};
-use crate::index::KeyRange;
 use crate::revision::Revision;
 use crate::store::{MvccStore, META_COMPACT_REV};
 
@@ -43,9 +47,7 @@ pub fn hash_kv(store: &MvccStore, rev: i64) -> Result<KvHash> {
         return Err(Error::FutureRevision);
     }
     let rev = if rev == 0 { current } else { rev };
-    // What a compaction at `rev` would keep: each live key's newest revision.
-    let keep: HashSet<Revision> =
-        store.index().range(KeyRange::new(&[0], &[0]), rev).map(|(_, at)| at.modified).collect();
+    let kept = Kept::of(store);
     let mut crc = Crc32c::default();
     crc.update(b"key");
     store.backend().scan(Bucket::Key, &mut |key, value| {
@@ -53,11 +55,10 @@ pub fn hash_kv(store: &MvccStore, rev: i64) -> Result<KvHash> {
         if kr.main > rev {
             return false;
         }
-        if kr.main <= compacted && !keep.is_empty() && !keep.contains(&kr) {
-            return true;
+        if kept.contains(kr) {
+            crc.update(key);
+            crc.update(value);
         }
-        crc.update(key);
-        crc.update(value);
         true
     })?;
     Ok(KvHash { hash: crc.finish(), current_revision: current, compact_revision: compacted, hash_revision: rev })
@@ -67,12 +68,15 @@ pub fn hash_kv(store: &MvccStore, rev: i64) -> Result<KvHash> {
 /// revision.
 pub fn hash(store: &MvccStore) -> Result<(u32, i64)> {
     committed_only(store)?;
+    let kept = Kept::of(store);
     let mut crc = Crc32c::default();
     for bucket in [Bucket::Key, Bucket::Lease, Bucket::Alarm] {
         crc.update(&[bucket.tag()]);
         store.backend().scan(bucket, &mut |key, value| {
-            crc.update(key);
-            crc.update(value);
+            if bucket != Bucket::Key || Revision::from_bytes(key).is_none_or(|rev| kept.contains(rev)) {
+                crc.update(key);
+                crc.update(value);
+            }
             true
         })?;
     }
@@ -80,6 +84,24 @@ pub fn hash(store: &MvccStore) -> Result<(u32, i64)> {
     crc.update(META_COMPACT_REV);
     crc.update(&store.compacted_revision().to_be_bytes());
     Ok((crc.finish(), store.current_revision()))
+}
+
+/// Which entries of the key bucket the hashes cover: all above the compacted revision, and at or below
+/// it those the index still holds (not the freed ones a compactor may not have deleted yet).
+struct Kept {
+    compacted: i64,
+    below: HashSet<Revision>,
+}
+
+impl Kept {
+    fn of(store: &MvccStore) -> Self {
+        let compacted = store.compacted_revision();
+        Self { compacted, below: store.index().revisions_upto(compacted) }
+    }
+
+    fn contains(&self, rev: Revision) -> bool {
+        rev.main > self.compacted || self.below.contains(&rev)
+    }
 }
 
 fn committed_only(store: &MvccStore) -> Result<()> {

@@ -126,14 +126,11 @@ impl KeyIndex {
         true
     }
 
-    /// Restores a tombstone found in the backend at `rev`.
-    pub fn restore_tombstone(&mut self, rev: Revision) {
-        if self.is_alive() {
-            self.tombstone(rev);
-        } else {
-            // The life this tombstone ended was compacted away except for the tombstone itself, which
-            // compaction would have removed too; nothing to restore.
-        }
+    /// Restores a tombstone found in the backend at `rev`. Returns false when the key is not alive: the
+    /// life this tombstone ended was compacted away except for the tombstone itself (an interrupted
+    /// compaction had not deleted it yet), so there is nothing to restore.
+    pub fn restore_tombstone(&mut self, rev: Revision) -> bool {
+        self.is_alive() && self.tombstone(rev)
     }
 
     /// The key as a read at main revision `at` sees it, or `None` when it did not exist then.
@@ -185,6 +182,13 @@ impl KeyIndex {
             self.generations.push(Generation::default());
         }
         self.generations.len() == 1 && self.generations[0].is_empty()
+    }
+
+    /// Revisions of this key with `main <= at` (after a compaction at `at`, at most one per life).
+    pub fn revisions_upto(&self, at: i64) -> impl Iterator<Item = Revision> + '_ {
+        self.generations
+            .iter()
+            .flat_map(move |g| g.revs[..g.revs.partition_point(|rev| rev.main <= at)].iter().copied())
     }
 
     /// Revisions of this key with `main > after`, oldest first, each with whether it is a tombstone; for

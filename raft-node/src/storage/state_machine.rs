@@ -192,6 +192,9 @@ pub(crate) fn read_committed<T>(
     // Durable before openraft purges the log a snapshot covers.
     store.backend().sync().map_err(|e| write_err(&e))?;
     let store = parking_lot::RwLockWriteGuard::downgrade(store);
+    // The compactor deletes freed revisions without the store's lock: paused, it leaves the key bucket
+    // and the finished compaction as they are, so the copy is one state (which a restore finishes).
+    let _paused = store.compactor().pause();
     let (last_applied, membership) = read_applied(&store)?;
     read(&store, last_applied, membership)
 }
