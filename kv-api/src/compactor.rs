@@ -256,6 +256,10 @@ fn delete(shared: &Shared, job: Job) {
                 error!(revision = job.revision, %err, "compaction stopped: cannot delete freed revisions");
                 return;
             }
+            if n == batches {
+                // Still under the gate: a snapshot installed next sets its own finished revision after.
+                shared.finished.send_replace(job.revision);
+            }
         }
         if n < batches {
             // A shutdown, a new job or new settings end the pause early.
@@ -266,7 +270,6 @@ fn delete(shared: &Shared, job: Job) {
             }
         }
     }
-    shared.finished.send_replace(job.revision);
     info!(
         revision = job.revision,
         deleted = job.freed.len(),
