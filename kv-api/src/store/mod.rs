@@ -396,6 +396,12 @@ impl MvccStore {
         Ok(self.backend.get(Bucket::Meta, key)?)
     }
 
+    /// Whether a compaction applied since the last commit waits for it: the compactor starts deleting
+    /// only once it is committed.
+    pub fn compaction_staged(&self) -> bool {
+        !self.compactions.is_empty()
+    }
+
     /// How many writes are staged and not yet committed.
     pub fn staged_writes(&self) -> usize {
         self.batch.ops.len()
