@@ -91,8 +91,8 @@ pub trait Backend: Send + Sync + 'static {
         self.size_bytes()
     }
 
-    /// Rewrites the backend so that it occupies only what its content needs (etcd's defragmentation).
-    /// The caller keeps every other user out meanwhile (the store's write lock does).
+    /// Rewrites the backend so that it occupies only what its content needs (etcd's defragmentation),
+    /// while other threads go on reading and writing it. Blocking.
     fn defragment(&self) -> Result<(), BackendError> {
         Ok(())
     }

@@ -9,9 +9,16 @@
 //!   except, below the compacted revision, those a compaction at `rev` would not keep. A member that
 //!   already compacted and one that has not yet give the same value once both report the same
 //!   `compact_revision`.
-//! - [`hash`] covers everything the log decides: the key, lease and alarm buckets, and the compacted
-//!   revision. It leaves out the Raft bookkeeping the embedding layer keeps in the meta bucket (the
-//!   applied log id and membership), which each member commits at its own pace.
+//! - [`hash`] covers everything the log decides: the key bucket (with the same exception), the lease
+//!   and alarm buckets, and the compacted revision. It leaves out the Raft bookkeeping the embedding
+//!   layer keeps in the meta bucket (the applied log id and membership), which each member commits at
+//!   its own pace, and the finished compaction, which each member's compactor reaches at its own pace.
+//!
+//! Compaction frees revisions in the index at once and deletes them from the backend later, in the
+//! background (see [`crate::compactor`]): both hashes also leave out, at or below the compacted
+//! revision, what the index no longer holds, so that a member still deleting and one done agree. Once
+//! the deletion is done, that is nothing: the values are those of the builds that compacted in one
+//! write, so members of both builds agree during a rolling upgrade.
 
 use std::collections::HashSet;
 
@@ -43,6 +50,7 @@ pub fn hash_kv(store: &MvccStore, rev: i64) -> Result<KvHash> {
         return Err(Error::FutureRevision);
     }
     let rev = if rev == 0 { current } else { rev };
+    let indexed = Indexed::of(store);
     // What a compaction at `rev` would keep: each live key's newest revision.
     let keep: HashSet<Revision> =
         store.index().range(KeyRange::new(&[0], &[0]), rev).map(|(_, at)| at.modified).collect();
@@ -53,7 +61,7 @@ pub fn hash_kv(store: &MvccStore, rev: i64) -> Result<KvHash> {
         if kr.main > rev {
             return false;
         }
-        if kr.main <= compacted && !keep.is_empty() && !keep.contains(&kr) {
+        if !indexed.contains(kr) || (kr.main <= compacted && !keep.is_empty() && !keep.contains(&kr)) {
             return true;
         }
         crc.update(key);
@@ -67,12 +75,15 @@ pub fn hash_kv(store: &MvccStore, rev: i64) -> Result<KvHash> {
 /// revision.
 pub fn hash(store: &MvccStore) -> Result<(u32, i64)> {
     committed_only(store)?;
+    let indexed = Indexed::of(store);
     let mut crc = Crc32c::default();
     for bucket in [Bucket::Key, Bucket::Lease, Bucket::Alarm] {
         crc.update(&[bucket.tag()]);
         store.backend().scan(bucket, &mut |key, value| {
-            crc.update(key);
-            crc.update(value);
+            if bucket != Bucket::Key || Revision::from_bytes(key).is_none_or(|rev| indexed.contains(rev)) {
+                crc.update(key);
+                crc.update(value);
+            }
             true
         })?;
     }
@@ -80,6 +91,24 @@ pub fn hash(store: &MvccStore) -> Result<(u32, i64)> {
     crc.update(META_COMPACT_REV);
     crc.update(&store.compacted_revision().to_be_bytes());
     Ok((crc.finish(), store.current_revision()))
+}
+
+/// Which entries of the key bucket the hashes cover: all above the compacted revision, and at or below
+/// it those the index still holds (not the freed ones a compactor may not have deleted yet).
+struct Indexed {
+    compacted: i64,
+    below: HashSet<Revision>,
+}
+
+impl Indexed {
+    fn of(store: &MvccStore) -> Self {
+        let compacted = store.compacted_revision();
+        Self { compacted, below: store.index().revisions_upto(compacted) }
+    }
+
+    fn contains(&self, rev: Revision) -> bool {
+        rev.main > self.compacted || self.below.contains(&rev)
+    }
 }
 
 fn committed_only(store: &MvccStore) -> Result<()> {
@@ -178,6 +207,52 @@ mod tests {
 
         assert_eq!(hash_kv(&compacted, 4), Err(Error::Compacted));
         assert_eq!(hash_kv(&compacted, 6), Err(Error::FutureRevision));
+    }
+
+    /// Once the compactor is done, both hashes are what the builds that compacted in one write
+    /// computed (the raw buckets; HashKV with etcd's keep rule): old and new members agree.
+    #[test]
+    fn finished_compactions_hash_as_before_background_compaction() {
+        let history = [put("a", "1"), put("a", "2"), put("b", "1"), put("a", "3"), put("c", "1")];
+        let compact = Command::Compact(pb::CompactionRequest { revision: 4, physical: false });
+        let store = store_with(&[&history[..], &[compact]].concat());
+        store.wait_compacted();
+
+        let mut crc = Crc32c::default();
+        for bucket in [Bucket::Key, Bucket::Lease, Bucket::Alarm] {
+            crc.update(&[bucket.tag()]);
+            store
+                .backend()
+                .scan(bucket, &mut |key, value| {
+                    crc.update(key);
+                    crc.update(value);
+                    true
+                })
+                .expect("scan");
+        }
+        crc.update(&[Bucket::Meta.tag()]);
+        crc.update(META_COMPACT_REV);
+        crc.update(&4i64.to_be_bytes());
+        assert_eq!(hash(&store).expect("hash"), (crc.finish(), 6));
+
+        for rev in [5, 6] {
+            let keep: HashSet<Revision> =
+                store.index().range(KeyRange::new(&[0], &[0]), rev).map(|(_, at)| at.modified).collect();
+            let mut crc = Crc32c::default();
+            crc.update(b"key");
+            store
+                .backend()
+                .scan(Bucket::Key, &mut |key, value| {
+                    let kr = Revision::from_bytes(key).expect("revision");
+                    if kr.main <= rev && (kr.main > 4 || keep.contains(&kr)) {
+                        crc.update(key);
+                        crc.update(value);
+                    }
+                    true
+                })
+                .expect("scan");
+            assert_eq!(hash_kv(&store, rev).expect("hash kv").hash, crc.finish(), "at {rev}");
+        }
     }
 
     #[test]

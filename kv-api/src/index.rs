@@ -1,6 +1,6 @@
 //! The in-memory index of every key: key bytes → [`KeyIndex`], ordered by key for range scans.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashSet};
 use std::ops::Bound;
 
 use crate::key_index::{KeyAt, KeyIndex};
@@ -62,10 +62,9 @@ impl TreeIndex {
         self.keys.entry(key.to_vec()).or_default().restore(created, rev, version);
     }
 
-    pub fn restore_tombstone(&mut self, key: &[u8], rev: Revision) {
-        if let Some(ki) = self.keys.get_mut(key) {
-            ki.restore_tombstone(rev);
-        }
+    /// Restores a tombstone found in the backend; false when no life of the key was there to end.
+    pub fn restore_tombstone(&mut self, key: &[u8], rev: Revision) -> bool {
+        self.keys.get_mut(key).is_some_and(|ki| ki.restore_tombstone(rev))
     }
 
     /// Ends the life of `key` at `rev`; false when it was not alive.
@@ -95,6 +94,11 @@ impl TreeIndex {
         self.keys.retain(|_, ki| !ki.compact(at, &mut freed));
         freed.sort_unstable();
         freed
+    }
+
+    /// Every revision the index holds with `main <= at`.
+    pub fn revisions_upto(&self, at: i64) -> HashSet<Revision> {
+        self.keys.values().flat_map(|ki| ki.revisions_upto(at)).collect()
     }
 
     /// Number of keys in the index, dead or alive.

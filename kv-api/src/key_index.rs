@@ -126,14 +126,11 @@ impl KeyIndex {
         true
     }
 
-    /// Restores a tombstone found in the backend at `rev`.
-    pub fn restore_tombstone(&mut self, rev: Revision) {
-        if self.is_alive() {
-            self.tombstone(rev);
-        } else {
-            // The life this tombstone ended was compacted away except for the tombstone itself, which
-            // compaction would have removed too; nothing to restore.
-        }
+    /// Restores a tombstone found in the backend at `rev`. Returns false when the key is not alive: the
+    /// life this tombstone ended was compacted away except for the tombstone itself (an interrupted
+    /// compaction had not deleted it yet), so there is nothing to restore.
+    pub fn restore_tombstone(&mut self, rev: Revision) -> bool {
+        self.is_alive() && self.tombstone(rev)
     }
 
     /// The key as a read at main revision `at` sees it, or `None` when it did not exist then.
@@ -163,28 +160,40 @@ impl KeyIndex {
     /// Drops the revisions no read at or after `at` can see, appending them to `freed`. Returns true when the
     /// key has no revision left and can leave the index.
     pub fn compact(&mut self, at: i64, freed: &mut Vec<Revision>) -> bool {
+        // Apply compacts every key at once, under the store's lock: keys with nothing at or before `at`
+        // (generations are in revision order) are left untouched, the others changed in place.
+        if self.generations[0].revs.first().is_some_and(|first| first.main > at) {
+            return false;
+        }
         let last = self.generations.len() - 1;
-        let mut keep = Vec::with_capacity(self.generations.len());
-        for (i, mut generation) in std::mem::take(&mut self.generations).into_iter().enumerate() {
+        let mut i = 0;
+        self.generations.retain_mut(|generation| {
             let closed = i != last;
+            i += 1;
             match generation.newest_at(at) {
                 Some(n) if closed && n == generation.revs.len() - 1 => {
                     // The whole life, tombstone included, is at or before `at`.
                     freed.extend_from_slice(&generation.revs);
-                    continue;
+                    false
                 }
-                Some(n) => {
+                Some(n) if n > 0 => {
                     freed.extend(generation.revs.drain(..n));
+                    true
                 }
-                None => {}
+                _ => true,
             }
-            keep.push(generation);
-        }
-        self.generations = keep;
+        });
         if self.generations.is_empty() {
             self.generations.push(Generation::default());
         }
         self.generations.len() == 1 && self.generations[0].is_empty()
+    }
+
+    /// Revisions of this key with `main <= at` (after a compaction at `at`, at most one per life).
+    pub fn revisions_upto(&self, at: i64) -> impl Iterator<Item = Revision> + '_ {
+        self.generations
+            .iter()
+            .flat_map(move |g| g.revs[..g.revs.partition_point(|rev| rev.main <= at)].iter().copied())
     }
 
     /// Revisions of this key with `main > after`, oldest first, each with whether it is a tombstone; for

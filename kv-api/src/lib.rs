@@ -9,6 +9,7 @@
 //! - [`key_index`]: one key's history as generations (with a worked example of compaction).
 //! - [`index`]: the in-memory index of every key, and etcd's key-range forms.
 //! - [`backend`]: the [`Backend`] storage seam, and [`MemBackend`] for tests.
+//! - [`compactor`]: the store's thread deleting what compactions freed, in batches, in the background.
 //! - [`store`]: the MVCC store: reads at any revision, history and commit; apply of writes (`write`);
 //!   txns: compares, checks and runs (`txn`).
 //! - [`range`]: Range options applied after the index scan (filters, sort, limit).
@@ -30,6 +31,7 @@ pub mod alarm;
 pub mod auth;
 pub mod backend;
 pub mod command;
+pub mod compactor;
 pub mod consensus;
 pub mod downgrade;
 pub mod error;

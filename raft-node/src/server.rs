@@ -131,6 +131,12 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> anyhow::
     }
     let (log_store, state_machine, store) =
         storage::open_split(&log_dir, &member_dir.join("db")).context("opening storage")?;
+    // A compaction the last run left unfinished may already be resuming: the settings apply from its
+    // next batch.
+    store.read().compactor().configure(kv_api::compactor::CompactionConfig {
+        batch_limit: usize::try_from(settings.compaction_batch_limit).unwrap_or(usize::MAX),
+        sleep_interval: settings.compaction_sleep_interval,
+    });
     let mut log_store = log_store.without_fsync(config.clustering.unsafe_no_fsync);
     let mut state_machine = state_machine;
     if config.clustering.force_new_cluster {

@@ -113,10 +113,18 @@ impl<C: Consensus> KvService<C> {
         Ok(resp)
     }
 
+    /// Answers once the compaction is applied (reads below it fail from then on); with `physical`, as
+    /// etcd, only once this member's compactor has deleted what it freed.
     async fn compact(&self, token: Option<&str>, req: pb::CompactionRequest) -> Result<pb::CompactionResponse> {
         let len = req.encoded_len();
+        let (revision, physical) = (req.revision, req.physical);
         match self.propose(token, Command::Compact(req), len).await? {
             CommandResponse::Compact(mut resp) => {
+                if physical {
+                    let mut finished = self.store.read().compaction_finished();
+                    let stopped = |_| Error::Internal("the store's compactor stopped".into());
+                    finished.wait_for(|done| *done >= revision).await.map_err(stopped)?;
+                }
                 fill_header(&*self.consensus, &self.store, &mut resp.header);
                 Ok(resp)
             }

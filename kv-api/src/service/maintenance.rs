@@ -61,7 +61,7 @@ impl<C: Consensus> MaintenanceService<C> {
     }
 
     /// Runs `f` on the store with everything apply staged committed first, on a blocking thread (hashes
-    /// scan the whole backend; a defragmentation rewrites it). `f` runs under the store's write lock, so
+    /// scan the whole backend). `f` runs under the store's write lock, so
     /// apply waits meanwhile: the backend does not change under it.
     async fn committed<T: Send + 'static>(
         &self,
@@ -125,21 +125,22 @@ impl<C: Consensus> pb::maintenance_server::Maintenance for MaintenanceService<C>
         }))
     }
 
-    /// Rewrites this member's backend to give back the space compaction freed; the member serves
-    /// nothing from the store meanwhile (etcd's defragmentation blocks it too). etcd answers without a
-    /// header.
+    /// Rewrites this member's backend to give back the space compaction freed. The backend does it
+    /// while reads and writes go on (holding writes back only for the switch), so no store lock is
+    /// taken here. etcd answers without a header.
     async fn defragment(
         &self,
         request: Request<pb::DefragmentRequest>,
     ) -> Result<Response<pb::DefragmentResponse>, Status> {
         self.check_admin(request.metadata()).await?;
-        let (before, after) = self
-            .committed(|store| {
-                let before = store.backend().size_bytes();
-                store.backend().defragment()?;
-                Ok((before, store.backend().size_bytes()))
-            })
-            .await?;
+        let backend = self.store.read().backend().clone();
+        let (before, after) = tokio::task::spawn_blocking(move || -> Result<(u64, u64)> {
+            let before = backend.size_bytes();
+            backend.defragment()?;
+            Ok((before, backend.size_bytes()))
+        })
+        .await
+        .map_err(|e| Error::Internal(format!("defragmentation task failed: {e}")))??;
         tracing::info!(before, after, "defragmented the backend");
         Ok(Response::new(pb::DefragmentResponse { header: None }))
     }

@@ -4,7 +4,7 @@
 //! |---|---|---|---|
 //! | `key` | revision: main (8 bytes big-endian), `_`, sub (8 bytes); a tombstone adds `t` | `mvccpb.KeyValue` (a tombstone's holds its key only) | [`Bucket::Key`]: 16-byte revision → a kind byte and the `KeyValue` |
 //! | `meta` | `consistent_index`, `term` | u64 big-endian | the Raft log id the copy reflects |
-//! |  | `finishedCompactRev`, `scheduledCompactRev` | a revision key (sub 0) | the compacted revision |
+//! |  | `finishedCompactRev`, `scheduledCompactRev` | a revision key (sub 0) | the finished and the compacted (scheduled) revision |
 //! |  | `storageVersion` | `3.6.0` | |
 //! | `lease` | lease id (8 bytes big-endian) | `leasepb.Lease{ID, TTL, RemainingTTL}` | [`Bucket::Lease`]: id → TTL |
 //! | `alarm` | an encoded `AlarmMember` | empty | [`Bucket::Alarm`] |
@@ -38,6 +38,7 @@ use super::bbolt::{self, BoltError, Reader, Writer};
 use crate::alarm;
 use crate::auth::{KEY_ENABLED, KEY_REVISION, ROLE_PREFIX, USER_PREFIX};
 use crate::backend::{Backend, Bucket};
+use crate::compactor::META_FINISHED_COMPACT_REV;
 use crate::downgrade;
 use crate::revision::Revision;
 use crate::store::{decode_entry, encode_entry, META_COMPACT_REV, META_DOWNGRADE};
@@ -239,12 +240,19 @@ pub fn export<W: Write + Seek>(backend: &dyn Backend, origin: &Origin, writer: &
     if let Some(version) = downgrade::storage_version_field(downgrade.as_deref().and_then(downgrade::decode)) {
         meta.insert(STORAGE_VERSION.to_vec(), version.into_bytes());
     }
-    if let Some(bytes) = backend.get(Bucket::Meta, META_COMPACT_REV).map_err(backend_err)? {
-        let compacted = i64::from_be_bytes(bytes.try_into().map_err(|_| backend_err("a corrupt compacted revision"))?);
-        if compacted > 0 {
-            let key = rev_key(Revision::new(compacted, 0), false);
-            meta.insert(FINISHED_COMPACT.to_vec(), key.clone());
-            meta.insert(SCHEDULED_COMPACT.to_vec(), key);
+    let revision_at = |key: &[u8]| -> io::Result<Option<i64>> {
+        match backend.get(Bucket::Meta, key).map_err(backend_err)? {
+            Some(bytes) => Ok(Some(i64::from_be_bytes(
+                bytes.try_into().map_err(|_| backend_err("a corrupt compaction revision"))?,
+            ))),
+            None => Ok(None),
+        }
+    };
+    // Ours deletes what a compaction freed in the background, as etcd: until it is done the file holds
+    // some of it, and says so as etcd's would (finished behind scheduled), so that a restore finishes it.
+    for (ours, theirs) in [(META_COMPACT_REV, SCHEDULED_COMPACT), (META_FINISHED_COMPACT_REV, FINISHED_COMPACT)] {
+        if let Some(revision) = revision_at(ours)?.filter(|&rev| rev > 0) {
+            meta.insert(theirs.to_vec(), rev_key(Revision::new(revision, 0), false));
         }
     }
     put_all(writer, META, meta)

@@ -169,9 +169,15 @@ mod tests {
     use crate::backend::{Bucket, MemBackend};
     use crate::{Command, MvccStore};
 
-    /// A store with revisions, a deletion, a compaction, a lease, an alarm and auth state.
+    /// A store with revisions, a deletion, a compaction (finished), a lease, an alarm and auth state.
     fn store() -> MvccStore {
-        let mut store = MvccStore::open(Arc::new(MemBackend::default())).expect("open");
+        let store = store_with(crate::compactor::CompactionConfig::default());
+        store.wait_compacted();
+        store
+    }
+
+    fn store_with(compaction: crate::compactor::CompactionConfig) -> MvccStore {
+        let mut store = MvccStore::open_with(Arc::new(MemBackend::default()), compaction).expect("open");
         let mut apply = |command: Command| {
             store.apply(&command).expect("apply");
         };
@@ -243,6 +249,26 @@ mod tests {
         assert_eq!(contents.storage_version, "3.6.0");
         assert_eq!(contents.size, size - DIGEST_BYTES);
         assert_eq!(status(&path).expect("status"), contents);
+    }
+
+    /// Until the compactor has deleted what the compaction freed, the file says the compaction is
+    /// scheduled and not finished, as etcd's would: a restore finishes it.
+    #[test]
+    fn a_file_written_while_the_compactor_deletes_says_so() {
+        let stalled =
+            crate::compactor::CompactionConfig { batch_limit: 1, sleep_interval: std::time::Duration::from_secs(3600) };
+        let store = store_with(stalled);
+        let origin = Origin { applied_index: 12, applied_term: 3, members: Vec::new() };
+        let (file, size) = {
+            let _paused = store.compactor().pause();
+            write(&**store.backend(), &origin, tempfile::tempfile().expect("file")).expect("write")
+        };
+        let dir = tempfile::tempdir().expect("tempdir");
+        let path = dir.path().join("s.db");
+        io::copy(&mut { file }, &mut File::create(&path).expect("create")).expect("copy");
+        let contents = status(&path).expect("status");
+        assert!(has_digest(size));
+        assert_eq!((contents.finished_compact, contents.scheduled_compact), (-1, 3));
     }
 
     #[test]

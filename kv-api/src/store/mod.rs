@@ -8,6 +8,10 @@
 //! staged in a batch (readable at once through an overlay) and reach the backend in one atomic
 //! [`MvccStore::commit`], together with whatever bookkeeping the caller staged with
 //! [`MvccStore::stage_meta`] — the applied log id, so that data and applied id never disagree.
+//!
+//! Compaction is split in two (see [`crate::compactor`]): apply marks the revision compacted and
+//! compacts the key index; once that is committed, the store's compactor thread deletes the freed
+//! revisions from the backend in batches. Loading a store resumes a compaction a crash interrupted.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -20,6 +24,7 @@ use proto::mvccpb::{Event, KeyValue};
 use crate::alarm::{self, AlarmTable};
 use crate::auth::AuthStore;
 use crate::backend::{try_scan, Backend, BackendError, Bucket, WriteBatch};
+use crate::compactor::{CompactionConfig, Compactor, META_FINISHED_COMPACT_REV};
 use crate::error::{Error, Result};
 use crate::index::{KeyRange, TreeIndex};
 use crate::lease::{Lease, LeaseId, LeaseTable};
@@ -104,6 +109,11 @@ pub struct MvccStore {
     live_keys: i64,
     /// The downgrade target while one is enabled ([`crate::downgrade`]).
     downgrade: Option<crate::downgrade::MinorVersion>,
+    /// Compactions applied since the last commit, with the revisions each freed: handed to the
+    /// compactor once committed.
+    compactions: Vec<(i64, Vec<Revision>)>,
+    /// Deletes freed revisions in the background.
+    compactor: Compactor,
 }
 
 impl std::fmt::Debug for MvccStore {
@@ -113,9 +123,17 @@ impl std::fmt::Debug for MvccStore {
 }
 
 impl MvccStore {
-    /// Opens the store on `backend`, rebuilding the key index from the revisions it holds.
+    /// Opens the store on `backend`, rebuilding the key index from the revisions it holds, with etcd's
+    /// default compaction batches.
     pub fn open(backend: Arc<dyn Backend>) -> Result<Self> {
+        Self::open_with(backend, CompactionConfig::default())
+    }
+
+    /// [`MvccStore::open`] with the compactor's batch size and pause.
+    pub fn open_with(backend: Arc<dyn Backend>, compaction: CompactionConfig) -> Result<Self> {
         let mut store = Self {
+            compactor: Compactor::start(backend.clone(), compaction),
+            compactions: Vec::new(),
             backend,
             index: TreeIndex::default(),
             current: 1,
@@ -138,10 +156,17 @@ impl MvccStore {
         self.staged.clear();
         self.events.clear();
         self.batch = WriteBatch::default();
+        self.compactions.clear();
         self.compacted = match self.backend.get(Bucket::Meta, META_COMPACT_REV)? {
             Some(bytes) => decode_i64(&bytes)?,
             None => NEVER_COMPACTED,
         };
+        let finished =
+            self.backend.get(Bucket::Meta, META_FINISHED_COMPACT_REV)?.map(|b| decode_i64(&b)).transpose()?;
+        let compacted = self.compacted;
+        // Tombstones below the compacted revision whose puts a compaction already deleted (it was
+        // interrupted before the tombstone's batch): dead, to delete again.
+        let mut strays = Vec::new();
         let mut newest = 1;
         // The lease of each key's newest value, to attach keys to their leases once all are known.
         let mut key_leases: HashMap<Vec<u8>, LeaseId> = HashMap::new();
@@ -150,7 +175,9 @@ impl MvccStore {
             let rev = Revision::from_bytes(key).ok_or_else(|| Error::Internal("corrupt revision key".into()))?;
             let (tombstone, kv) = decode_entry(value)?;
             if tombstone {
-                index.restore_tombstone(&kv.key, rev);
+                if !index.restore_tombstone(&kv.key, rev) && rev.main <= compacted {
+                    strays.push(rev);
+                }
                 key_leases.remove(&kv.key);
             } else {
                 index.restore(&kv.key, Revision::new(kv.create_revision, 0), rev, kv.version);
@@ -161,6 +188,7 @@ impl MvccStore {
         })?;
         // Compaction may have removed the newest tombstones; the revision never goes back below it.
         self.current = newest.max(self.compacted).max(1);
+        self.resume_compaction(finished, strays);
         self.live_keys = self.index.range(KeyRange::new(&[0], &[0]), self.current).count() as i64;
 
         self.leases.clear();
@@ -183,6 +211,44 @@ impl MvccStore {
         self.downgrade =
             self.backend.get(Bucket::Meta, META_DOWNGRADE)?.and_then(|bytes| crate::downgrade::decode(&bytes));
         self.auth.load(&*self.backend)
+    }
+
+    /// Compacts the rebuilt index at the compacted revision (it holds every revision the key bucket
+    /// still has) and hands what a compaction interrupted by a crash left behind to the compactor.
+    /// `finished` is the meta's finished compaction; a store written before compaction went to the
+    /// background has none, and gets it from an empty job.
+    fn resume_compaction(&mut self, finished: Option<i64>, strays: Vec<Revision>) {
+        if self.compacted < 1 {
+            self.compactor.set_finished(self.compacted);
+            return;
+        }
+        let mut freed = self.index.compact(self.compacted);
+        freed.extend(strays);
+        freed.sort_unstable();
+        let finished = finished.unwrap_or(NEVER_COMPACTED);
+        if freed.is_empty() && finished >= self.compacted {
+            self.compactor.set_finished(self.compacted);
+            return;
+        }
+        tracing::info!(scheduled = self.compacted, finished, left = freed.len(), "resuming an unfinished compaction");
+        self.compactor.set_finished(finished);
+        self.compactor.schedule(self.compacted, freed);
+    }
+
+    /// The store's compactor: its settings, and pausing it while a snapshot reads the backend.
+    pub fn compactor(&self) -> &Compactor {
+        &self.compactor
+    }
+
+    /// Follows the newest compaction whose freed revisions are all deleted (a `physical` compaction
+    /// request waits for its own).
+    pub fn compaction_finished(&self) -> tokio::sync::watch::Receiver<i64> {
+        self.compactor.finished()
+    }
+
+    /// Blocks until every committed compaction's revisions are deleted (offline tools and tests).
+    pub fn wait_compacted(&self) {
+        self.compactor.wait_idle();
     }
 
     /// The downgrade target while a downgrade is enabled.
@@ -330,6 +396,12 @@ impl MvccStore {
         Ok(self.backend.get(Bucket::Meta, key)?)
     }
 
+    /// Whether a compaction applied since the last commit waits for it: the compactor starts deleting
+    /// only once it is committed.
+    pub fn compaction_staged(&self) -> bool {
+        !self.compactions.is_empty()
+    }
+
     /// How many writes are staged and not yet committed.
     pub fn staged_writes(&self) -> usize {
         self.batch.ops.len()
@@ -343,10 +415,15 @@ impl MvccStore {
         let batch = std::mem::take(&mut self.batch);
         self.backend.write(batch)?;
         self.staged.clear();
+        for (revision, freed) in self.compactions.drain(..) {
+            self.compactor.schedule(revision, freed);
+        }
         Ok(())
     }
 
-    /// Every committed entry of every bucket: the content of a snapshot.
+    /// Every committed entry of every bucket: the content of a snapshot. Freed revisions the compactor
+    /// has not deleted yet are part of it (loading it deletes them); pause the compactor meanwhile for
+    /// one consistent state.
     pub fn export(&self) -> Result<Vec<(Bucket, Vec<u8>, Vec<u8>)>> {
         let mut out = Vec::new();
         for bucket in Bucket::ALL {
@@ -364,7 +441,11 @@ impl MvccStore {
         for (bucket, key, value) in entries {
             batch.put(bucket, key, value);
         }
-        self.backend.replace_all(batch)?;
+        {
+            let mut paused = self.compactor.pause();
+            self.backend.replace_all(batch)?;
+            self.compactor.reset(&mut paused);
+        }
         self.load()
     }
 }

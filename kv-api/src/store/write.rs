@@ -266,6 +266,7 @@ impl MvccStore {
         self.staged.insert(rev, kv);
     }
 
+    /// Applies a compaction: only what every member must do at once and alike (see `crate::compactor`).
     fn compact(&mut self, req: &pb::CompactionRequest) -> Result<pb::CompactionResponse> {
         if req.revision <= self.compacted {
             return Err(Error::Compacted);
@@ -273,12 +274,19 @@ impl MvccStore {
         if req.revision > self.current {
             return Err(Error::FutureRevision);
         }
-        for rev in self.index.compact(req.revision) {
-            self.staged.remove(&rev);
-            self.batch.delete(Bucket::Key, rev.to_bytes());
-        }
+        // Reads below the revision fail from here on, and the index no longer leads to what it freed;
+        // deleting that from the backend is the compactor's, after the commit (see `crate::compactor`).
+        let started = std::time::Instant::now();
+        let freed = self.index.compact(req.revision);
+        tracing::info!(
+            revision = req.revision,
+            freed = freed.len(),
+            index_ms = started.elapsed().as_millis() as u64,
+            "compacted the key index; the compactor deletes the freed revisions"
+        );
         self.compacted = req.revision;
         self.batch.put(Bucket::Meta, META_COMPACT_REV, req.revision.to_be_bytes());
+        self.compactions.push((req.revision, freed));
         Ok(pb::CompactionResponse { header: Some(revision_header(self.current)) })
     }
 }

@@ -156,6 +156,8 @@ pub fn header_revision(resp: &CommandResponse) -> i64 {
 
 /// Main revisions of the entries in the key bucket, oldest first.
 pub fn stored_revisions(store: &MvccStore) -> Vec<i64> {
+    // What is left once the compactor has deleted what compactions freed.
+    store.wait_compacted();
     let entries = store.export().expect("export").into_iter();
     let keys = entries.filter(|(bucket, _, _)| *bucket == Bucket::Key).map(|(_, key, _)| key);
     keys.map(|key| Revision::from_bytes(&key).expect("a revision key").main).collect()

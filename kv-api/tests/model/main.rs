@@ -61,6 +61,8 @@ impl Ctx {
 }
 
 fn stored_revisions(store: &MvccStore) -> Vec<i64> {
+    // The compactor deletes freed revisions in the background; the model's are gone at once.
+    store.wait_compacted();
     let mut revs: Vec<i64> = store
         .export()
         .expect("export")

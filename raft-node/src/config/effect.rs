@@ -131,11 +131,6 @@ fn no_effect(config: &Config, settings: &Settings) -> Vec<String> {
         "StopGRPCServiceOnDefrag",
         "defragmentation does not stop requests here",
     );
-    note(
-        settings.compaction_batch_limit != 1000 || settings.compaction_sleep_interval != Duration::from_millis(10),
-        "--compaction-batch-limit/--compaction-sleep-interval",
-        "compaction removes a revision range in one pass",
-    );
     note(settings.downgrade_check_time != five, "--downgrade-check-time", "downgrades are not supported yet");
     note(
         gates.enabled("LeaseCheckpoint") || gates.enabled("LeaseCheckpointPersist"),

@@ -11,9 +11,21 @@
 //! store must not share its database with the Raft log, which keeps being written meanwhile. (etcd too
 //! keeps its WAL apart from the bbolt file it defragments.)
 //!
-//! The databases are generations `<dir>/<n>`; the file `<dir>/CURRENT` names the one in use and is
-//! replaced atomically (write, fsync, rename, fsync the directory) once the new generation is complete
-//! and flushed, so a crash leaves either the old or the new one; leftovers are removed at open.
+//! The databases are generations `<dir>/<n>` ([`crate::storage::generation`]); the file `<dir>/CURRENT`
+//! names the one in use and is replaced atomically (write, fsync, rename, fsync the directory) once the
+//! new generation is complete and flushed, so a crash leaves either the old or the new one; leftovers
+//! are removed at open.
+//!
+//! # Defragmenting while the store works
+//!
+//! Copying 400k revisions takes seconds, and etcd's clients time out after five: the copy runs while
+//! reads and writes go on. Every write passes one mutex, in the order it reaches the tree; while a
+//! defragmentation runs, the write is also recorded. The copy of the live tree, made without any lock,
+//! holds each key as it was at some moment of the copy; replaying the recorded writes in order onto it
+//! gives each key its last value. Replays repeat without the lock until few writes are left, and the
+//! new generation is flushed; only then are writes held back (the mutex), for the last small replay, a
+//! short flush, `CURRENT` and the switch. A scan still running on the old generation keeps it (an
+//! `Arc`): its files go when the last one lets go.
 //!
 //! # Durability
 //!
@@ -27,46 +39,35 @@
 
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use kv_api::{Backend, BackendError, Bucket, WriteBatch};
 use parking_lot::{Mutex, RwLock};
-use tracing::{info, warn};
+use tracing::{debug, info};
 
-/// The tree of the backend, in its database and, before the split, in the member's one database.
-const TREE: &str = "kv";
-/// The file naming the generation in use.
-const CURRENT: &str = "CURRENT";
-/// sled's page cache for the store (see [`crate::storage`] for why it is small).
-const CACHE_BYTES: u64 = 64 * 1024 * 1024;
-/// Entries per batch when copying a tree.
-const COPY_BATCH: usize = 4096;
+use crate::storage::generation::{self, Generation, Ops, TREE};
+
 /// How long a measured size is reused: the quota check asks on every write, and measuring lists files.
 const SIZE_TTL: Duration = Duration::from_millis(100);
+/// A defragmentation holds writes back only once replaying what they wrote meanwhile is this small...
+const SMALL_REPLAY_OPS: usize = 4096;
+/// ... or after this many rounds (writers faster than the replay would otherwise keep it going).
+const MAX_REPLAY_ROUNDS: usize = 16;
 
 /// The [`Backend`] of a member: the tree `kv` of the current generation's database.
 #[derive(Debug)]
 pub struct SledBackend {
     dir: PathBuf,
-    current: RwLock<Generation>,
+    current: RwLock<Arc<Generation>>,
+    /// Taken by every write, so that writes reach the tree in one order; while a defragmentation
+    /// runs, it holds the writes made since it began, in that order.
+    writes: Mutex<Option<Vec<Ops>>>,
+    /// One defragmentation at a time.
+    defragmenting: Mutex<()>,
     /// The last measured size, and when it was measured.
     size: AtomicU64,
     measured_at: Mutex<Option<Instant>>,
-}
-
-#[derive(Debug)]
-struct Generation {
-    number: u64,
-    db: sled::Db,
-    tree: sled::Tree,
-}
-
-impl Generation {
-    fn open(dir: &Path, number: u64) -> Result<Self, sled::Error> {
-        let db = sled::Config::new().path(dir.join(number.to_string())).cache_capacity(CACHE_BYTES).open()?;
-        let tree = db.open_tree(TREE)?;
-        Ok(Self { number, db, tree })
-    }
 }
 
 impl SledBackend {
@@ -74,21 +75,20 @@ impl SledBackend {
     /// one database, `legacy`: it moves here first (copied, made durable, then dropped there).
     pub fn open(dir: &Path, legacy: &sled::Db) -> Result<Self, sled::Error> {
         std::fs::create_dir_all(dir)?;
-        let current = match read_current(dir)? {
+        let current = match generation::read_current(dir)? {
             Some(number) => Generation::open(dir, number)?,
             None => {
                 // No generation yet: start one with whatever the member's database holds. It stays open:
                 // sled releases a database's file lock only once its background flusher lets go of a
                 // dropped handle, so opening it again at once can fail ("could not acquire lock").
-                let _ = std::fs::remove_dir_all(dir.join("0"));
-                let first = Generation::open(dir, 0)?;
+                let first = Generation::create(dir, 0)?;
                 let old = legacy.open_tree(TREE)?;
                 if !old.is_empty() {
                     info!(entries = old.len(), "moving the store out of the Raft log's database");
                 }
-                copy(&old, &first.tree)?;
+                generation::copy(&old, &first.tree)?;
                 first.db.flush()?;
-                write_current(dir, 0)?;
+                generation::write_current(dir, 0)?;
                 first
             }
         };
@@ -101,87 +101,69 @@ impl SledBackend {
     /// Opens the store a member left at `dir`, without the member's Raft log (the offline tools); fails
     /// when there is none.
     pub fn open_existing(dir: &Path) -> Result<Self, sled::Error> {
-        let number = read_current(dir)?.ok_or_else(|| {
-            let what = format!("stat {}: no such file or directory", dir.join(CURRENT).display());
-            sled::Error::Io(std::io::Error::new(std::io::ErrorKind::NotFound, what))
-        })?;
+        let number = generation::read_current(dir)?.ok_or_else(|| generation::no_current(dir))?;
         Ok(Self::with(dir, Generation::open(dir, number)?))
     }
 
     fn with(dir: &Path, current: Generation) -> Self {
-        remove_other_generations(dir, current.number);
+        generation::remove_other_generations(dir, current.number);
         Self {
             dir: dir.to_path_buf(),
-            current: RwLock::new(current),
+            current: RwLock::new(Arc::new(current)),
+            writes: Mutex::new(None),
+            defragmenting: Mutex::new(()),
             size: AtomicU64::new(0),
             measured_at: Mutex::new(None),
         }
     }
 
-    fn add(batch: &mut sled::Batch, ops: WriteBatch) {
-        for (bucket, key, value) in ops.ops {
-            let key = tagged(bucket, &key);
-            match value {
-                Some(value) => batch.insert(key, value),
-                None => batch.remove(key),
-            }
+    fn generation(&self) -> Arc<Generation> {
+        self.current.read().clone()
+    }
+
+    /// Applies `ops` to the current tree, in the one order of writes, recording them while a
+    /// defragmentation copies the tree.
+    fn apply(&self, ops: Ops) -> Result<(), BackendError> {
+        let mut recording = self.writes.lock();
+        Self::apply_in_order(&mut recording, &self.generation(), ops)
+    }
+
+    /// Applies `ops` to `generation`'s tree; `recording` is the write mutex, held.
+    fn apply_in_order(recording: &mut Option<Vec<Ops>>, generation: &Generation, ops: Ops) -> Result<(), BackendError> {
+        generation.tree.apply_batch(generation::batch_of(&ops)).map_err(backend_error)?;
+        if let Some(recorded) = recording.as_mut() {
+            recorded.push(ops);
         }
+        Ok(())
     }
 
     fn forget_size(&self) {
         *self.measured_at.lock() = None;
     }
-}
 
-/// Copies every entry of `from` into `to`.
-fn copy(from: &sled::Tree, to: &sled::Tree) -> Result<(), sled::Error> {
-    let mut batch = sled::Batch::default();
-    let mut pending = 0;
-    for item in from.iter() {
-        let (key, value) = item?;
-        batch.insert(key, value);
-        pending += 1;
-        if pending == COPY_BATCH {
-            to.apply_batch(std::mem::take(&mut batch))?;
-            pending = 0;
-        }
-    }
-    to.apply_batch(batch)
-}
-
-fn read_current(dir: &Path) -> Result<Option<u64>, sled::Error> {
-    match std::fs::read_to_string(dir.join(CURRENT)) {
-        Ok(text) => text.trim().parse().map(Some).map_err(|_| {
-            let what = format!("{} does not name a generation: {text:?}", dir.join(CURRENT).display());
-            sled::Error::Io(std::io::Error::new(std::io::ErrorKind::InvalidData, what))
-        }),
-        Err(err) if err.kind() == std::io::ErrorKind::NotFound => Ok(None),
-        Err(err) => Err(err.into()),
-    }
-}
-
-/// Points `CURRENT` at generation `number`, atomically and durably.
-fn write_current(dir: &Path, number: u64) -> std::io::Result<()> {
-    use std::io::Write;
-    let tmp = dir.join(format!("{CURRENT}.tmp"));
-    let mut file = std::fs::File::create(&tmp)?;
-    file.write_all(number.to_string().as_bytes())?;
-    file.sync_all()?;
-    std::fs::rename(&tmp, dir.join(CURRENT))?;
-    std::fs::File::open(dir)?.sync_all()
-}
-
-/// Removes generations other than `keep` (an unfinished defragmentation, or the one it replaced).
-fn remove_other_generations(dir: &Path, keep: u64) {
-    let Ok(entries) = std::fs::read_dir(dir) else { return };
-    for entry in entries.flatten() {
-        let name = entry.file_name();
-        let Some(number) = name.to_str().and_then(|n| n.parse::<u64>().ok()) else { continue };
-        if number != keep {
-            if let Err(err) = std::fs::remove_dir_all(entry.path()) {
-                warn!(%err, path = %entry.path().display(), "cannot remove an old store generation");
+    /// The defragmentation once recording is on: copy, catch up, switch. Returns how long writes were
+    /// held back.
+    fn copy_and_switch(&self, old: &Generation, next: Generation) -> Result<Duration, sled::Error> {
+        generation::copy(&old.tree, &next.tree)?;
+        for round in 1..=MAX_REPLAY_ROUNDS {
+            let recorded = self.writes.lock().as_mut().map(std::mem::take).unwrap_or_default();
+            let ops = generation::replay(&next.tree, recorded)?;
+            debug!(round, ops, "defragmentation caught up with writes");
+            if ops <= SMALL_REPLAY_OPS {
+                break;
             }
         }
+        // Most of the copy reaches the disk now, so that the flush while writes wait is short.
+        next.db.flush()?;
+        let mut recording = self.writes.lock();
+        let held = Instant::now();
+        generation::replay(&next.tree, recording.take().unwrap_or_default())?;
+        next.db.flush()?;
+        generation::write_current(&self.dir, next.number)?;
+        let old = std::mem::replace(&mut *self.current.write(), Arc::new(next));
+        old.retire();
+        drop(recording);
+        Ok(held.elapsed())
     }
 }
 
@@ -190,6 +172,10 @@ fn tagged(bucket: Bucket, key: &[u8]) -> Vec<u8> {
     out.push(bucket.tag());
     out.extend_from_slice(key);
     out
+}
+
+fn ops_of(batch: WriteBatch) -> Ops {
+    batch.ops.into_iter().map(|(bucket, key, value)| (tagged(bucket, &key), value)).collect()
 }
 
 fn backend_error(err: impl std::fmt::Display) -> BackendError {
@@ -202,9 +188,11 @@ impl Backend for SledBackend {
         Ok(value.map(|v| v.to_vec()))
     }
 
+    /// Scans the generation current when it starts, to the end even if a defragmentation switches
+    /// meanwhile (it keeps that generation's files until then).
     fn scan(&self, bucket: Bucket, visit: &mut dyn FnMut(&[u8], &[u8]) -> bool) -> Result<(), BackendError> {
-        let tree = self.current.read().tree.clone();
-        for item in tree.scan_prefix([bucket.tag()]) {
+        let generation = self.generation();
+        for item in generation.tree.scan_prefix([bucket.tag()]) {
             let (key, value) = item.map_err(backend_error)?;
             if !visit(&key[1..], &value) {
                 break;
@@ -214,28 +202,28 @@ impl Backend for SledBackend {
     }
 
     fn write(&self, batch: WriteBatch) -> Result<(), BackendError> {
-        let mut sled_batch = sled::Batch::default();
-        Self::add(&mut sled_batch, batch);
-        self.current.read().tree.apply_batch(sled_batch).map_err(backend_error)
+        self.apply(ops_of(batch))
     }
 
     /// One sled batch removes every existing key and inserts the new content: a crash leaves either the
     /// old store or the new one. (A later insert of the same key overrides its removal in a sled batch.)
     /// Durable before it returns: openraft purges the log the snapshot covers next.
     fn replace_all(&self, batch: WriteBatch) -> Result<(), BackendError> {
-        let current = self.current.read();
-        let mut sled_batch = sled::Batch::default();
-        for key in current.tree.iter().keys() {
-            sled_batch.remove(key.map_err(backend_error)?);
+        let mut recording = self.writes.lock();
+        let generation = self.generation();
+        let mut ops: Ops = Vec::new();
+        for key in generation.tree.iter().keys() {
+            ops.push((key.map_err(backend_error)?.to_vec(), None));
         }
-        Self::add(&mut sled_batch, batch);
-        current.tree.apply_batch(sled_batch).map_err(backend_error)?;
-        current.db.flush().map_err(backend_error)?;
+        ops.extend(ops_of(batch));
+        Self::apply_in_order(&mut recording, &generation, ops)?;
+        drop(recording);
+        generation.db.flush().map_err(backend_error)?;
         Ok(())
     }
 
     fn sync(&self) -> Result<(), BackendError> {
-        self.current.read().db.flush().map(|_| ()).map_err(backend_error)
+        self.generation().db.flush().map(|_| ()).map_err(backend_error)
     }
 
     fn size_bytes(&self) -> u64 {
@@ -243,32 +231,39 @@ impl Backend for SledBackend {
         if measured_at.is_none_or(|at| at.elapsed() >= SIZE_TTL) {
             // sled may report 0 before its first flush; never report an empty database (etcdctl divides by
             // the size).
-            let size = self.current.read().db.size_on_disk().unwrap_or(0).max(1);
+            let size = self.generation().db.size_on_disk().unwrap_or(0).max(1);
             self.size.store(size, Ordering::Relaxed);
             *measured_at = Some(Instant::now());
         }
         self.size.load(Ordering::Relaxed)
     }
 
-    /// Copies the tree into a fresh database (the next generation), makes it durable, points `CURRENT`
-    /// at it and switches to it; the old generation is removed. The caller keeps every other user out
-    /// (the store's write lock): a scan still running on the old generation would lose its files.
+    /// Copies the tree into a fresh database (the next generation) while reads and writes go on, and
+    /// switches to it (see the module doc); the old generation is removed once unused.
     fn defragment(&self) -> Result<(), BackendError> {
+        let _one = self.defragmenting.lock();
         let started = Instant::now();
-        let mut current = self.current.write();
-        current.db.flush().map_err(backend_error)?;
-        let number = current.number + 1;
-        let _ = std::fs::remove_dir_all(self.dir.join(number.to_string()));
-        let next = Generation::open(&self.dir, number).map_err(backend_error)?;
-        copy(&current.tree, &next.tree).map_err(backend_error)?;
-        next.db.flush().map_err(backend_error)?;
-        write_current(&self.dir, number).map_err(backend_error)?;
-        let old = std::mem::replace(&mut *current, next);
-        drop(current);
+        let old = self.generation();
+        let number = old.number + 1;
+        let next = Generation::create(&self.dir, number).map_err(backend_error)?;
+        *self.writes.lock() = Some(Vec::new());
+        let outcome = self.copy_and_switch(&old, next);
+        // Recording stops whatever happened (the switch already took it on success).
+        *self.writes.lock() = None;
+        let held = match outcome {
+            Ok(held) => held,
+            // The next generation stays on disk: `CURRENT` may already name it. The next open keeps the
+            // one it names and removes the other.
+            Err(err) => return Err(backend_error(err)),
+        };
         drop(old);
-        remove_other_generations(&self.dir, number);
         self.forget_size();
-        info!(generation = number, elapsed_ms = started.elapsed().as_millis() as u64, "defragmented the store");
+        info!(
+            generation = number,
+            elapsed_ms = started.elapsed().as_millis() as u64,
+            writes_held_ms = held.as_millis() as u64,
+            "defragmented the store"
+        );
         Ok(())
     }
 }
@@ -389,12 +384,121 @@ mod tests {
         backend.sync().expect("sync");
         drop(backend);
         let kv_dir = dir.path().join("kv");
-        assert_eq!(read_current(&kv_dir).expect("read"), Some(1));
+        assert_eq!(generation::read_current(&kv_dir).expect("read"), Some(1));
         assert!(!kv_dir.join("0").exists(), "the old generation is removed");
         let db = sled::Config::new().path(dir.path().join("db2")).open().expect("open sled");
         let reopened = reopen(&kv_dir, &db);
         assert_eq!(all(&reopened, Bucket::Key), content);
         assert_eq!(all(&reopened, Bucket::Lease), vec![kv("l", "1")]);
+    }
+
+    /// Writers running through a defragmentation: every write lands in the new generation, none waits
+    /// for the copy, and the space the deletes freed comes back.
+    #[test]
+    fn defragment_lets_writers_go_on_and_loses_nothing() {
+        use std::collections::BTreeMap;
+        use std::sync::atomic::AtomicBool;
+
+        let (_dir, backend) = backend();
+        let value = vec![7u8; 1000];
+        for chunk in (0..20_000u32).collect::<Vec<_>>().chunks(1000) {
+            let mut batch = WriteBatch::default();
+            for i in chunk {
+                batch.put(Bucket::Key, i.to_be_bytes().to_vec(), value.clone());
+            }
+            backend.write(batch).expect("write");
+        }
+        let mut batch = WriteBatch::default();
+        for i in 2_000..20_000u32 {
+            batch.delete(Bucket::Key, i.to_be_bytes().to_vec());
+        }
+        backend.write(batch).expect("write");
+        backend.sync().expect("sync");
+        backend.forget_size();
+        let before = backend.size_bytes();
+        let mut want: BTreeMap<Vec<u8>, Vec<u8>> = all(&backend, Bucket::Key).into_iter().collect();
+
+        let stop = AtomicBool::new(false);
+        let (written, slowest) = std::thread::scope(|scope| {
+            let writers: Vec<_> = (0..2u8)
+                .map(|id| {
+                    let (backend, stop) = (&backend, &stop);
+                    scope.spawn(move || {
+                        let (mut kept, mut slowest, mut n) = (BTreeMap::new(), Duration::ZERO, 0u32);
+                        while !stop.load(Ordering::Relaxed) || n < 50 {
+                            let key = [&[b'w', id][..], &n.to_be_bytes()].concat();
+                            let mut batch = WriteBatch::default();
+                            batch.put(Bucket::Key, key.clone(), n.to_be_bytes().to_vec());
+                            kept.insert(key, n.to_be_bytes().to_vec());
+                            // Every third write also deletes an earlier one.
+                            if n % 3 == 0 && n > 0 {
+                                let old = [&[b'w', id][..], &(n / 2).to_be_bytes()].concat();
+                                batch.delete(Bucket::Key, old.clone());
+                                kept.remove(&old);
+                            }
+                            let started = Instant::now();
+                            backend.write(batch).expect("write during defragmentation");
+                            slowest = slowest.max(started.elapsed());
+                            n += 1;
+                        }
+                        (kept, slowest)
+                    })
+                })
+                .collect();
+            std::thread::sleep(Duration::from_millis(20));
+            backend.defragment().expect("defragment");
+            stop.store(true, Ordering::Relaxed);
+            let mut written = BTreeMap::new();
+            let mut slowest = Duration::ZERO;
+            for writer in writers {
+                let (kept, took) = writer.join().expect("writer");
+                written.extend(kept);
+                slowest = slowest.max(took);
+            }
+            (written, slowest)
+        });
+        want.extend(written);
+        assert_eq!(all(&backend, Bucket::Key).into_iter().collect::<BTreeMap<_, _>>(), want);
+        // Generous for a busy machine; the switch itself holds writes back for milliseconds.
+        assert!(slowest < Duration::from_secs(1), "a write waited {slowest:?}");
+        backend.sync().expect("sync");
+        let after = backend.size_bytes();
+        assert!(after * 2 < before, "defragmentation shrank {before} bytes only to {after}");
+    }
+
+    /// A scan that began on the old generation reads on to its end after the switch.
+    #[test]
+    fn a_scan_across_the_switch_reads_to_its_end() {
+        let (_dir, backend) = backend();
+        let mut batch = WriteBatch::default();
+        for i in 0..2000u32 {
+            batch.put(Bucket::Key, i.to_be_bytes().to_vec(), vec![1u8; 100]);
+        }
+        backend.write(batch).expect("write");
+        let (started_tx, started_rx) = std::sync::mpsc::channel();
+        let (go_tx, go_rx) = std::sync::mpsc::channel::<()>();
+        let seen = std::thread::scope(|scope| {
+            let (backend, started_tx) = (&backend, started_tx);
+            let scan = scope.spawn(move || {
+                let mut seen = 0;
+                backend
+                    .scan(Bucket::Key, &mut |_, _| {
+                        if seen == 0 {
+                            started_tx.send(()).expect("send");
+                            go_rx.recv().expect("go");
+                        }
+                        seen += 1;
+                        true
+                    })
+                    .expect("scan");
+                seen
+            });
+            started_rx.recv().expect("scan started");
+            backend.defragment().expect("defragment");
+            go_tx.send(()).expect("send");
+            scan.join().expect("scan")
+        });
+        assert_eq!(seen, 2000);
     }
 
     #[test]

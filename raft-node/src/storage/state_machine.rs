@@ -123,9 +123,13 @@ impl StateMachine {
         }
         // Like etcd's backend, commit every so often rather than per apply: the log holds every
         // applied entry until a snapshot (which commits first) lets it go, and a restart applies
-        // again whatever came after the committed applied id.
+        // again whatever came after the committed applied id. A compaction commits at once: its
+        // deletions start only then, as soon as etcd's would (a defrag that follows gets the space).
         let now = Instant::now();
-        if store.staged_writes() >= COMMIT_WRITES || now.duration_since(self.committed_at) >= COMMIT_INTERVAL {
+        if store.staged_writes() >= COMMIT_WRITES
+            || now.duration_since(self.committed_at) >= COMMIT_INTERVAL
+            || store.compaction_staged()
+        {
             store.commit().map_err(|e| write_err(&e))?;
             crate::metrics::metrics().backend_commit.observe(now.elapsed());
             self.committed_at = now;
@@ -192,6 +196,9 @@ pub(crate) fn read_committed<T>(
     // Durable before openraft purges the log a snapshot covers.
     store.backend().sync().map_err(|e| write_err(&e))?;
     let store = parking_lot::RwLockWriteGuard::downgrade(store);
+    // The compactor deletes freed revisions without the store's lock: paused, it leaves the key bucket
+    // and the finished compaction as they are, so the copy is one state (which a restore finishes).
+    let _paused = store.compactor().pause();
     let (last_applied, membership) = read_applied(&store)?;
     read(&store, last_applied, membership)
 }

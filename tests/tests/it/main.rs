@@ -28,6 +28,7 @@ mod lease_etcdctl;
 mod lease_expiry;
 mod lock_election;
 mod maintenance;
+mod maintenance_compaction;
 mod maintenance_quota;
 mod membership_rules;
 mod snapshot;

@@ -1,0 +1,193 @@
+//! The generations of the store's database: `<dir>/<n>`, one sled database each, the file
+//! `<dir>/CURRENT` naming the one in use (see [`crate::storage::sled_backend`] for why there are
+//! several), and copying a tree into the next one.
+
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use tracing::warn;
+
+/// The tree of the backend, in its database and, before the split, in the member's one database.
+pub(crate) const TREE: &str = "kv";
+/// The file naming the generation in use.
+const CURRENT: &str = "CURRENT";
+/// sled's page cache for the store (see [`crate::storage`] for why it is small).
+const CACHE_BYTES: u64 = 64 * 1024 * 1024;
+/// Entries per batch when copying a tree.
+const COPY_BATCH: usize = 4096;
+
+/// One write to a tree: tagged keys, each with its new value or `None` for a removal, in order.
+pub(crate) type Ops = Vec<(Vec<u8>, Option<Vec<u8>>)>;
+
+/// One generation's database, open.
+#[derive(Debug)]
+pub(crate) struct Generation {
+    pub(crate) number: u64,
+    pub(crate) db: sled::Db,
+    pub(crate) tree: sled::Tree,
+    path: PathBuf,
+    /// Set once a newer generation replaced it: its files go when the last user lets go of it (a scan
+    /// that started before the switch reads on to its end).
+    retired: AtomicBool,
+}
+
+impl Generation {
+    pub(crate) fn open(dir: &Path, number: u64) -> Result<Self, sled::Error> {
+        let path = dir.join(number.to_string());
+        let db = sled::Config::new().path(&path).cache_capacity(CACHE_BYTES).open()?;
+        let tree = db.open_tree(TREE)?;
+        Ok(Self { number, db, tree, path, retired: AtomicBool::new(false) })
+    }
+
+    /// Opens generation `number` afresh, removing whatever an unfinished attempt left there.
+    pub(crate) fn create(dir: &Path, number: u64) -> Result<Self, sled::Error> {
+        let _ = std::fs::remove_dir_all(dir.join(number.to_string()));
+        Self::open(dir, number)
+    }
+
+    pub(crate) fn retire(&self) {
+        self.retired.store(true, Ordering::Relaxed);
+    }
+}
+
+impl Drop for Generation {
+    fn drop(&mut self) {
+        if self.retired.load(Ordering::Relaxed) {
+            // Files still open in sled's flusher stay readable until it closes them; a restart removes
+            // whatever this leaves behind.
+            if let Err(err) = std::fs::remove_dir_all(&self.path) {
+                warn!(%err, path = %self.path.display(), "cannot remove an old store generation");
+            }
+        }
+    }
+}
+
+/// A sled batch doing `ops` (cloned: the caller may keep them to replay elsewhere).
+pub(crate) fn batch_of(ops: &Ops) -> sled::Batch {
+    let mut batch = sled::Batch::default();
+    for (key, value) in ops {
+        match value {
+            Some(value) => batch.insert(key.as_slice(), value.as_slice()),
+            None => batch.remove(key.as_slice()),
+        }
+    }
+    batch
+}
+
+/// Applies writes recorded on another tree, in their order, as one batch (a later op on a key
+/// overrides an earlier one in a sled batch); returns how many ops they held.
+pub(crate) fn replay(to: &sled::Tree, writes: Vec<Ops>) -> Result<usize, sled::Error> {
+    let mut batch = sled::Batch::default();
+    let mut count = 0;
+    for ops in writes {
+        count += ops.len();
+        for (key, value) in ops {
+            match value {
+                Some(value) => batch.insert(key, value),
+                None => batch.remove(key),
+            }
+        }
+    }
+    if count > 0 {
+        to.apply_batch(batch)?;
+    }
+    Ok(count)
+}
+
+/// Copies every entry of `from` into `to`. `from` may change meanwhile: the copy then holds each key
+/// as it was at some point of the copy, which replaying the writes made since the start fixes.
+pub(crate) fn copy(from: &sled::Tree, to: &sled::Tree) -> Result<(), sled::Error> {
+    let mut batch = sled::Batch::default();
+    let mut pending = 0;
+    for item in from.iter() {
+        let (key, value) = item?;
+        batch.insert(key, value);
+        pending += 1;
+        if pending == COPY_BATCH {
+            to.apply_batch(std::mem::take(&mut batch))?;
+            pending = 0;
+        }
+    }
+    to.apply_batch(batch)
+}
+
+pub(crate) fn read_current(dir: &Path) -> Result<Option<u64>, sled::Error> {
+    match std::fs::read_to_string(dir.join(CURRENT)) {
+        Ok(text) => text.trim().parse().map(Some).map_err(|_| {
+            let what = format!("{} does not name a generation: {text:?}", dir.join(CURRENT).display());
+            sled::Error::Io(std::io::Error::new(std::io::ErrorKind::InvalidData, what))
+        }),
+        Err(err) if err.kind() == std::io::ErrorKind::NotFound => Ok(None),
+        Err(err) => Err(err.into()),
+    }
+}
+
+/// The error of a data dir without a store.
+pub(crate) fn no_current(dir: &Path) -> sled::Error {
+    let what = format!("stat {}: no such file or directory", dir.join(CURRENT).display());
+    sled::Error::Io(std::io::Error::new(std::io::ErrorKind::NotFound, what))
+}
+
+/// Points `CURRENT` at generation `number`, atomically and durably.
+pub(crate) fn write_current(dir: &Path, number: u64) -> std::io::Result<()> {
+    use std::io::Write;
+    let tmp = dir.join(format!("{CURRENT}.tmp"));
+    let mut file = std::fs::File::create(&tmp)?;
+    file.write_all(number.to_string().as_bytes())?;
+    file.sync_all()?;
+    std::fs::rename(&tmp, dir.join(CURRENT))?;
+    std::fs::File::open(dir)?.sync_all()
+}
+
+/// Removes generations other than `keep` (an unfinished defragmentation, or the one it replaced).
+pub(crate) fn remove_other_generations(dir: &Path, keep: u64) {
+    let Ok(entries) = std::fs::read_dir(dir) else { return };
+    for entry in entries.flatten() {
+        let name = entry.file_name();
+        let Some(number) = name.to_str().and_then(|n| n.parse::<u64>().ok()) else { continue };
+        if number != keep {
+            if let Err(err) = std::fs::remove_dir_all(entry.path()) {
+                warn!(%err, path = %entry.path().display(), "cannot remove an old store generation");
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ops(items: &[(&str, Option<&str>)]) -> Ops {
+        items.iter().map(|(k, v)| (k.as_bytes().to_vec(), v.map(|v| v.as_bytes().to_vec()))).collect()
+    }
+
+    #[test]
+    fn a_copy_plus_the_replayed_writes_equals_the_source() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let (from, to) =
+            (Generation::open(dir.path(), 0).expect("open"), Generation::open(dir.path(), 1).expect("open"));
+        from.tree.apply_batch(batch_of(&ops(&[("a", Some("1")), ("b", Some("1"))]))).expect("write");
+        copy(&from.tree, &to.tree).expect("copy");
+        // Writes made after the copy began, in order: the later ones win.
+        let writes = vec![ops(&[("a", Some("2")), ("c", Some("1"))]), ops(&[("b", None), ("a", Some("3"))])];
+        for w in &writes {
+            from.tree.apply_batch(batch_of(w)).expect("write");
+        }
+        assert_eq!(replay(&to.tree, writes).expect("replay"), 4);
+        let all = |t: &sled::Tree| t.iter().map(|i| i.expect("item")).collect::<Vec<_>>();
+        assert_eq!(all(&to.tree), all(&from.tree));
+        assert_eq!(replay(&to.tree, Vec::new()).expect("replay"), 0);
+    }
+
+    #[test]
+    fn a_retired_generation_takes_its_files_along() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let kept = Generation::open(dir.path(), 0).expect("open");
+        let retired = Generation::open(dir.path(), 1).expect("open");
+        retired.retire();
+        drop(retired);
+        drop(kept);
+        assert!(dir.path().join("0").exists());
+        assert!(!dir.path().join("1").exists());
+    }
+}
