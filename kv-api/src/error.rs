@@ -106,6 +106,10 @@ pub enum Error {
     /// etcd has no gRPC status of its own for it: its text passes through with code Unknown.
     #[error("auth: authentication failed, password was given for no password user")]
     NoPasswordUser,
+    /// A password past bcrypt's 72 bytes: etcd 3.6's bcrypt (golang.org/x/crypto ≥ 0.3) refuses to hash
+    /// it, and etcd passes the text through with code Unknown.
+    #[error("bcrypt: password length exceeds 72 bytes")]
+    PasswordTooLong,
     #[error("etcdserver: permission denied")]
     PermissionDenied,
     #[error("etcdserver: role is not granted to the user")]
@@ -200,6 +204,7 @@ impl Error {
             | Error::MissingLeaderKey
             | Error::SessionExpired
             | Error::NoPasswordUser
+            | Error::PasswordTooLong
             | Error::Internal(_) => Code::Unknown,
         }
     }

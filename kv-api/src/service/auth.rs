@@ -24,6 +24,8 @@ const NOT_BASE64: &[u8] = b"!";
 
 /// Logins retried when the auth state changed between the password check and the login's apply.
 const LOGIN_ATTEMPTS: usize = 3;
+/// The longest password bcrypt hashes; etcd 3.6's refuses longer ones (and so never matches them).
+const BCRYPT_MAX_PASSWORD: usize = 72;
 
 pub struct AuthService<C> {
     consensus: Arc<C>,
@@ -50,7 +52,8 @@ impl<C: Consensus> AuthService<C> {
         }
         let token = token_of(request.metadata());
         let caller = caller(&*self.consensus, &self.store, token.as_deref()).await?;
-        validate::check_size(request.get_ref().encoded_len(), &self.config.limits)?;
+        // As etcd: the limit holds for what is proposed (a password replaced by its hash).
+        validate::check_size(proposal_len(&cmd), &self.config.limits)?;
         match self.consensus.propose(as_caller(caller, Command::Auth(cmd))).await? {
             CommandResponse::Auth(outcome) => Ok((outcome, self.header())),
             other => Err(Error::Internal(format!("apply answered an auth change with {other:?}"))),
@@ -59,15 +62,21 @@ impl<C: Consensus> AuthService<C> {
 
     /// The caller of a read-only request, once this member has applied everything committed; `None`
     /// while auth is disabled.
-    async fn reader<T>(&self, request: &Request<T>) -> Result<Option<Caller>> {
+    /// etcd sends these reads through its log too, so the request size limit holds for them.
+    async fn reader<T: prost::Message>(&self, request: &Request<T>) -> Result<Option<Caller>> {
         self.consensus.read_barrier().await?;
         let token = token_of(request.metadata());
-        caller(&*self.consensus, &self.store, token.as_deref()).await
+        let caller = caller(&*self.consensus, &self.store, token.as_deref()).await?;
+        validate::check_size(request.get_ref().encoded_len(), &self.config.limits)?;
+        Ok(caller)
     }
 
     /// A bcrypt hash at `--bcrypt-cost`, made off the runtime (cost 10 takes tens of milliseconds), in
     /// base64 as etcd's proposals carry it.
     async fn hash(&self, password: Vec<u8>) -> Result<Vec<u8>> {
+        if password.len() > BCRYPT_MAX_PASSWORD {
+            return Err(Error::PasswordTooLong);
+        }
         let cost = self.config.bcrypt_cost;
         tokio::task::spawn_blocking(move || bcrypt::hash(password, cost))
             .await
@@ -92,9 +101,10 @@ impl<C: Consensus> AuthService<C> {
                 (String::from_utf8_lossy(&user.password).into_owned(), auth.revision(), auth.jwt().cloned())
             };
             let password = req.password.clone();
-            let matches = tokio::task::spawn_blocking(move || bcrypt::verify(password, &hash).unwrap_or(false))
-                .await
-                .map_err(|e| Error::Internal(format!("hash task failed: {e}")))?;
+            let matches = password.len() <= BCRYPT_MAX_PASSWORD
+                && tokio::task::spawn_blocking(move || bcrypt::verify(password, &hash).unwrap_or(false))
+                    .await
+                    .map_err(|e| Error::Internal(format!("hash task failed: {e}")))?;
             if !matches {
                 return Err(Error::AuthFailed);
             }
@@ -315,5 +325,23 @@ impl<C: Consensus> pb::auth_server::Auth for AuthService<C> {
         let req = request.get_ref().clone();
         let (_, header) = self.change(&request, AuthCommand::RoleRevokePermission(req)).await?;
         Ok(Response::new(pb::AuthRoleRevokePermissionResponse { header }))
+    }
+}
+
+/// The encoded size of what a change proposes, which etcd's request limit applies to.
+fn proposal_len(cmd: &AuthCommand) -> usize {
+    use prost::Message;
+    match cmd {
+        AuthCommand::Enable | AuthCommand::Disable => 0,
+        AuthCommand::Authenticate { name, token } => name.len() + token.len(),
+        AuthCommand::UserAdd(req) => req.encoded_len(),
+        AuthCommand::UserDelete(req) => req.encoded_len(),
+        AuthCommand::UserChangePassword(req) => req.encoded_len(),
+        AuthCommand::UserGrantRole(req) => req.encoded_len(),
+        AuthCommand::UserRevokeRole(req) => req.encoded_len(),
+        AuthCommand::RoleAdd(req) => req.encoded_len(),
+        AuthCommand::RoleDelete(req) => req.encoded_len(),
+        AuthCommand::RoleGrantPermission(req) => req.encoded_len(),
+        AuthCommand::RoleRevokePermission(req) => req.encoded_len(),
     }
 }

@@ -20,8 +20,6 @@ use crate::error::{Error, Result};
 use crate::service::{current_header, fill_header, ApiConfig};
 use crate::store::SharedStore;
 
-use crate::lease::MAX_LEASE_TTL;
-
 pub struct LeaseService<C> {
     consensus: Arc<C>,
     store: SharedStore,
@@ -45,9 +43,6 @@ impl<C: Consensus> LeaseService<C> {
     }
 
     async fn grant(&self, mut req: pb::LeaseGrantRequest) -> Result<pb::LeaseGrantResponse> {
-        if req.ttl > MAX_LEASE_TTL {
-            return Err(Error::LeaseTtlTooLarge);
-        }
         // The proposer settles what apply must not decide: a free id, and etcd's minimum TTL.
         req.ttl = req.ttl.max(self.config.min_lease_ttl);
         if req.id == 0 {

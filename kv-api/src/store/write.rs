@@ -227,12 +227,13 @@ impl MvccStore {
         }
     }
 
+    /// As etcd's lessor, at apply (so a raised alarm answers first): the TTL, then the id.
     fn lease_grant(&mut self, req: &pb::LeaseGrantRequest) -> Result<pb::LeaseGrantResponse> {
-        if self.leases.contains(req.id) {
-            return Err(Error::LeaseExists);
-        }
         if req.ttl > MAX_LEASE_TTL {
             return Err(Error::LeaseTtlTooLarge);
+        }
+        if self.leases.contains(req.id) {
+            return Err(Error::LeaseExists);
         }
         self.leases.grant(req.id, req.ttl);
         self.batch.put(Bucket::Lease, req.id.to_be_bytes(), req.ttl.to_be_bytes());

@@ -99,6 +99,36 @@ async fn shared_cases(endpoint: &str) -> anyhow::Result<Vec<(&'static str, Answe
         invalid("etcdserver: request is too large"),
     ));
 
+    // The size limit holds for what is proposed: a client's hash is dropped for the server's own, and
+    // auth reads go through the log too.
+    let huge_hash = pb::AuthUserAddRequest {
+        name: "big".into(),
+        password: "pw".into(),
+        hashed_password: vec![b'x'; TOO_LARGE],
+        ..Default::default()
+    };
+    out.push(("user add, a huge hash dropped", answer(auth.user_add(huge_hash).await), (Code::Ok, String::new())));
+    let huge_get = pb::AuthUserGetRequest { name: vec![b'x'; TOO_LARGE] };
+    out.push((
+        "user get too large",
+        answer(auth.user_get(huge_get).await),
+        invalid("etcdserver: request is too large"),
+    ));
+    // A lease grant meets a raised CORRUPT alarm before its TTL is checked (both at apply).
+    let mut maintenance = MaintenanceClient::new(channel.clone());
+    let corrupt = |action: i32| pb::AlarmRequest { action, member_id: 1, alarm: pb::AlarmType::Corrupt as i32 };
+    maintenance.alarm(corrupt(1)).await?;
+    let too_long = pb::LeaseGrantRequest { ttl: i64::MAX, id: 0 };
+    let data_loss = (Code::DataLoss, "etcdserver: corrupt cluster".to_string());
+    out.push((
+        "lease TTL under a corrupt alarm",
+        answer(LeaseClient::new(channel.clone()).lease_grant(too_long.clone()).await),
+        data_loss,
+    ));
+    maintenance.alarm(corrupt(2)).await?;
+    let ttl_large = (Code::OutOfRange, "etcdserver: too large lease TTL".to_string());
+    out.push(("lease TTL", answer(LeaseClient::new(channel.clone()).lease_grant(too_long).await), ttl_large));
+
     let add = pb::AuthUserAddRequest { name: "u1".into(), password: "pw".into(), ..Default::default() };
     out.push(("user add", answer(auth.user_add(add).await), (Code::Ok, String::new())));
     let not_found = (Code::FailedPrecondition, "etcdserver: user name not found".to_string());
@@ -302,6 +332,10 @@ async fn auth_hardening_of_etcd_3614() -> anyhow::Result<()> {
     assert_eq!(answer(kv.compact(with_token(&user, compact)).await), denied, "compaction as a user");
     let defrag = with_token(&user, pb::DefragmentRequest {});
     assert_eq!(answer(maintenance.defragment(defrag).await), denied, "defragment, mapped");
+    // etcd 3.6's bcrypt refuses passwords past 72 bytes (3.5's hashed the first 72), before anything else.
+    let long = pb::AuthUserAddRequest { name: "long".into(), password: vec![b'p'; 73], ..Default::default() };
+    let too_long = (Code::Unknown, "bcrypt: password length exceeds 72 bytes".to_string());
+    assert_eq!(answer(auth.user_add(with_token(&root, long)).await), too_long, "a 73-byte password");
     let odd_downgrade = with_token(&root, pb::DowngradeRequest { action: 9, version: "3.5".into() });
     let unknown_method = (Code::Unknown, "etcdserver: unknown method".to_string());
     assert_eq!(answer(maintenance.downgrade(odd_downgrade).await), unknown_method, "an unknown downgrade action");
