@@ -205,11 +205,22 @@ async fn unary(call: &Call<'_>) -> Result<Option<Bytes>, Status> {
 }
 
 /// Opens the stream, sends the one request and keeps the sending side open (a closed side could end the
-/// stream before the server answers), then reads the first response; dropping the call cancels it.
+/// stream before the server answers), then reads the first response. When the call returns (or its
+/// timeout drops it) the sending side ends too, so that the stream is reset at the server.
+///
+/// Dropping the response alone does not reset the stream: hyper's task that copies the request into the
+/// stream holds it open until the request ends. With a request that never ended, every Watch and
+/// LeaseKeepAlive stayed open on the one shared HTTP/2 connection for the rest of the session, its
+/// watcher still sending; the responses nobody read piled up until h2's budget of small DATA frames
+/// (0.4.16+) ran out and the client closed the whole connection (GOAWAY, ENHANCE_YOUR_CALM): requests in
+/// flight then failed as `ResourceExhausted: h2 protocol error`, `Cancelled`, on one side only.
 async fn first_message(call: &Call<'_>) -> Result<Option<Bytes>, Status> {
     let mut grpc = client(call.channel);
     grpc.ready().await.map_err(|err| Status::unavailable(format!("not ready: {err}")))?;
-    let requests = futures::stream::once(std::future::ready(call.body.clone())).chain(futures::stream::pending());
+    // The requests end when `_end_requests` is dropped, with this call.
+    let (_end_requests, requests_end) = tokio::sync::oneshot::channel::<()>();
+    let end = futures::stream::once(requests_end).filter_map(|_| std::future::ready(None));
+    let requests = futures::stream::once(std::future::ready(call.body.clone())).chain(end);
     let mut request = tonic::Request::new(requests);
     attach_token(&mut request, call.token);
     let response = grpc.streaming(request, path(call)?, RawCodec).await?;
@@ -237,7 +248,85 @@ pub async fn authenticate(channel: &Channel, user: &str, password: &str, timeout
 
 #[cfg(test)]
 mod tests {
+    use std::pin::Pin;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    use std::sync::Arc;
+
+    use futures::Stream;
+    use tonic::{Request, Response, Streaming};
+
     use super::*;
+
+    /// A Watch service that answers each stream once and keeps it open, as a watch does; it counts the
+    /// streams the client has reset (the server then drops the response).
+    #[derive(Clone, Default)]
+    struct OpenWatch {
+        closed: Arc<AtomicUsize>,
+    }
+
+    /// Counts a response stream dropped.
+    struct Closed(Arc<AtomicUsize>);
+
+    impl Drop for Closed {
+        fn drop(&mut self) {
+            self.0.fetch_add(1, Ordering::SeqCst);
+        }
+    }
+
+    type WatchResponses = Pin<Box<dyn Stream<Item = Result<pb::WatchResponse, Status>> + Send>>;
+
+    #[tonic::async_trait]
+    impl pb::watch_server::Watch for OpenWatch {
+        type WatchStream = WatchResponses;
+
+        async fn watch(&self, _: Request<Streaming<pb::WatchRequest>>) -> Result<Response<WatchResponses>, Status> {
+            let closed = Closed(self.closed.clone());
+            let first = pb::WatchResponse { created: true, watch_id: 1, ..Default::default() };
+            let responses =
+                futures::stream::once(std::future::ready(Ok(first))).chain(futures::stream::once(async move {
+                    let _closed = closed;
+                    std::future::pending::<Result<pb::WatchResponse, Status>>().await
+                }));
+            Ok(Response::new(Box::pin(responses)))
+        }
+    }
+
+    #[tokio::test]
+    async fn a_stream_is_reset_once_its_first_response_is_read() {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind");
+        let url = format!("http://{}", listener.local_addr().expect("address"));
+        let incoming = futures::stream::unfold(listener, |listener| async move {
+            Some((listener.accept().await.map(|(stream, _)| stream), listener))
+        });
+        let service = OpenWatch::default();
+        let server = tonic::transport::Server::builder()
+            .add_service(pb::watch_server::WatchServer::new(service.clone()))
+            .serve_with_incoming(incoming);
+        let server = tokio::spawn(server);
+        let channel = crate::client::channel(&url).expect("channel");
+        let body = Bytes::from(pb::WatchRequest::default().encode_to_vec());
+        const CALLS: usize = 5;
+        for _ in 0..CALLS {
+            let call = Call {
+                channel: &channel,
+                path: "/etcdserverpb.Watch/Watch",
+                shape: Shape::Watch,
+                body: body.clone(),
+                token: None,
+                timeout: Duration::from_secs(5),
+                requested_watch_id: Some(1),
+            };
+            let answer = send(call).await;
+            assert!(answer.is_ok(), "{answer:?}");
+        }
+        // The resets travel after the answers: a generous bound, not a race.
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+        while service.closed.load(Ordering::SeqCst) < CALLS && tokio::time::Instant::now() < deadline {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        assert_eq!(service.closed.load(Ordering::SeqCst), CALLS, "streams still open at the server");
+        server.abort();
+    }
 
     #[test]
     fn a_watch_response_echoing_the_requested_id_says_so() {

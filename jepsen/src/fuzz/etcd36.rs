@@ -14,6 +14,13 @@
 //!   denied". 3.5.1 echoes the requested `watch_id` and always says "permission denied"
 //!   ([`watch_change`]). The cause follows from the caller, except for a token etcd issued: etcd may have
 //!   dropped it since (a password change), so etcd is asked ([`refusal_reason`]).
+//! - **A Watch from a key to the end** (6643f8060; v3rpc/watch.go `recvLoop`). 3.5.1 turns a `range_end`
+//!   of `\0` into "to the end" before `isWatchPermitted`, which then checks `key` alone: a user who may
+//!   read just `key` watches every key from it. 3.6 checks the range as sent, `[key, +inf)`, and refuses
+//!   as above. When 3.5.1 took such a create from a user other than root while etcd has auth on, etcd is
+//!   asked whether the user may read `[key, +inf)` ([`from_key_reason`]); where not, 3.6's refusal stands
+//!   in. The watch 3.5.1 opened does not outlive the answer, as for a negative `start_revision`: a stream
+//!   call ends its stream after the first response, which cancels it at etcd ([`call::send`]).
 //! - **A Watch create with a negative `start_revision`.** 3.6 cancels it before any other check, as
 //!   compacted, with `watch_id` -1 (3bb44700e). 3.5.1 creates the watch, then cancels it as compacted
 //!   below revision -1 (or keeps it, at -1); its first response says created.
@@ -60,6 +67,7 @@ use tonic::Code;
 
 use super::call::{self, Answer, Call};
 use super::catalog::Shape;
+use super::names::USERS;
 use super::request::{Caller, Request};
 
 /// 3.6's `clientv3.InvalidWatchID`.
@@ -73,6 +81,10 @@ const OLD_REVISION: (Code, &str) = (Code::InvalidArgument, "etcdserver: revision
 const USER_EMPTY: (Code, &str) = (Code::InvalidArgument, "etcdserver: user name is empty");
 /// The causes 3.6's `recvLoop` names (`auth.ErrInvalidAuthToken`, `ErrAuthOldRevision`, `ErrUserEmpty`).
 const NAMED_CAUSES: [(Code, &str); 3] = [INVALID_TOKEN, OLD_REVISION, USER_EMPTY];
+/// The `range_end` that means "to the end of the keyspace".
+const FROM_KEY: &[u8] = b"\0";
+/// The user holding etcd's root role in the auth-on setup ([`super::auth`]).
+const ROOT: &str = "root";
 
 /// Whether etcd is sent the request without `token`: auth is off, and 3.6 reads no token then.
 pub fn ignores_token(auth_enabled: bool, token: Option<&str>) -> bool {
@@ -153,16 +165,27 @@ pub enum WatchChange {
     NegativeStart(Answer),
     /// 3.5.1 refused it for auth; 3.6's cancel reason depends on the cause ([`refusal_reason`]).
     RefusedForAuth,
+    /// 3.5.1 took a watch from `key` to the end having checked `key` alone; 3.6 refuses it unless the
+    /// caller may read `[key, +inf)` ([`from_key_reason`]).
+    FromKey,
 }
 
-/// Whether 3.6 answers the create otherwise than 3.5.1 did with `etcd`.
-pub fn watch_change(create: &WatchCreate, etcd: &Answer) -> Option<WatchChange> {
+/// Whether 3.6 answers the create otherwise than 3.5.1 did with `etcd`. `auth_caller` is the caller when
+/// etcd has auth on (`None` while it is off: then neither version checks a watch).
+pub fn watch_change(create: &WatchCreate, etcd: &Answer, auth_caller: Option<Caller>) -> Option<WatchChange> {
     if create.start_revision < 0 {
         // The check comes first in 3.6, so whatever 3.5.1 made of the create, 3.6 refuses it thus.
         return etcd.is_ok().then(|| WatchChange::NegativeStart(create.canceled(COMPACTED)));
     }
     let refused = create.first_response(create.watch_id, &grpc_error_text(PERMISSION_DENIED.0, PERMISSION_DENIED.1));
-    (*etcd == refused).then_some(WatchChange::RefusedForAuth)
+    if *etcd == refused {
+        return Some(WatchChange::RefusedForAuth);
+    }
+    // Any first response past 3.5.1's check: 3.6 runs its own check before the watch is made. Only a
+    // user's token gets that far with auth on (no token or a garbage one is refused by 3.5.1 too), and
+    // root may read every range.
+    let user = matches!(auth_caller, Some(Caller::User(user)) if USERS.get(user) != Some(&ROOT));
+    (create.range_end == FROM_KEY && etcd.is_ok() && user).then_some(WatchChange::FromKey)
 }
 
 /// 3.6's cancel reason for a create refused for auth, by what etcd was given: no token means no user, a
@@ -186,6 +209,27 @@ pub async fn refusal_reason(
     Some(grpc_error_text(code, message))
 }
 
+/// 3.6's cancel reason for a watch from `key` to the end that 3.5.1 took: etcd's serializable Range over
+/// `[key, +inf)` with the caller's `token`. 3.5.1's Range checks that range whole (`IsRangePermitted` with
+/// `range_end` `\0`: `checkKeyInterval` reads it as "to the end", server/auth/range_perm_cache.go), as
+/// 3.6's `isWatchPermitted` does. `None` when the Range passes, or fails for no auth cause (a timeout):
+/// then 3.5.1's answer stands.
+pub async fn from_key_reason(
+    create: &WatchCreate,
+    channel: &Channel,
+    token: Option<&str>,
+    timeout: Duration,
+) -> Option<String> {
+    let (code, message) = probe_status(create, channel, token, timeout).await?;
+    auth_cause(code, &message)
+}
+
+/// 3.6's cancel reason when the Range over the watched keys failed for an auth cause; `None` for others.
+fn auth_cause(code: Code, message: &str) -> Option<String> {
+    let cause = (code, message);
+    (cause == PERMISSION_DENIED || NAMED_CAUSES.contains(&cause)).then(|| reason_for(code, message))
+}
+
 /// The cause etcd's serializable Range over the watched keys, with `token`, refuses for.
 async fn probed_reason(
     create: &WatchCreate,
@@ -193,6 +237,18 @@ async fn probed_reason(
     token: Option<&str>,
     timeout: Duration,
 ) -> Option<String> {
+    let (code, message) = probe_status(create, channel, token, timeout).await?;
+    Some(reason_for(code, &message))
+}
+
+/// The status etcd refuses a serializable count-only Range over the watched keys (`range_end` as sent)
+/// with `token` with; `None` when it passes or does not answer. The Range changes nothing.
+async fn probe_status(
+    create: &WatchCreate,
+    channel: &Channel,
+    token: Option<&str>,
+    timeout: Duration,
+) -> Option<(Code, String)> {
     let probe = pb::RangeRequest {
         key: create.key.clone(),
         range_end: create.range_end.clone(),
@@ -204,7 +260,7 @@ async fn probed_reason(
     let path = "/etcdserverpb.KV/Range";
     let call = Call { channel, path, shape: Shape::Unary, body, token, timeout, requested_watch_id: None };
     match call::send(call).await {
-        Answer::Status { code, message } => Some(reason_for(code, &message)),
+        Answer::Status { code, message } => Some((code, message)),
         _ => None,
     }
 }
@@ -264,9 +320,11 @@ mod tests {
         let create = WatchCreate::of(&request).expect("a create");
         assert_eq!(create.key, b"\0");
         let denied = "rpc error: code = PermissionDenied desc = etcdserver: permission denied";
-        assert_eq!(watch_change(&create, &first(true, true, 7, denied)), Some(WatchChange::RefusedForAuth));
-        assert_eq!(watch_change(&create, &first(true, false, 7, "")), None);
-        assert_eq!(watch_change(&create, &first(true, true, -1, "mvcc: watcher range is empty")), None);
+        let user = Some(Caller::User(1));
+        assert_eq!(watch_change(&create, &first(true, true, 7, denied), user), Some(WatchChange::RefusedForAuth));
+        assert_eq!(watch_change(&create, &first(true, true, 7, denied), None), Some(WatchChange::RefusedForAuth));
+        assert_eq!(watch_change(&create, &first(true, false, 7, ""), user), None);
+        assert_eq!(watch_change(&create, &first(true, true, -1, "mvcc: watcher range is empty"), user), None);
         assert_eq!(
             create.canceled(&reason_for(Code::InvalidArgument, "etcdserver: user name is empty")),
             first(true, true, -1, "rpc error: code = InvalidArgument desc = etcdserver: user name is empty")
@@ -286,11 +344,60 @@ mod tests {
         let create = WatchCreate::of(&request).expect("a create");
         let compacted = first(true, true, -1, "etcdserver: mvcc: required revision has been compacted");
         for etcd in [first(true, false, 7, ""), first(true, true, 7, "anything")] {
-            assert_eq!(watch_change(&create, &etcd), Some(WatchChange::NegativeStart(compacted.clone())));
+            assert_eq!(watch_change(&create, &etcd, None), Some(WatchChange::NegativeStart(compacted.clone())));
         }
-        assert_eq!(watch_change(&create, &Answer::Timeout), None);
+        assert_eq!(watch_change(&create, &Answer::Timeout, None), None);
         let mut progress = request.clone();
         progress.message = DynamicMessage::new(request.method.input.clone());
         assert_eq!(WatchCreate::of(&progress), None);
+    }
+
+    #[test]
+    fn a_watch_to_the_end_that_3_5_1_took_is_checked_again_for_users_only() {
+        let catalog = Catalog::load().expect("descriptors");
+        let fields = |range_end: &[u8]| {
+            [
+                ("key", Value::Bytes(Bytes::from_static(b"k5"))),
+                ("range_end", Value::Bytes(Bytes::copy_from_slice(range_end))),
+                ("start_revision", Value::I64(7)),
+                ("watch_id", Value::I64(7)),
+            ]
+        };
+        let from_key = WatchCreate::of(&watch(&catalog, &fields(b"\0"))).expect("a create");
+        let created = first(true, false, 7, "");
+        let user = Some(Caller::User(2));
+        assert_eq!(watch_change(&from_key, &created, user), Some(WatchChange::FromKey));
+        // Whatever 3.5.1 did past its check (here, a cancel for compaction), 3.6 checks first.
+        let compacted = first(true, true, 7, "etcdserver: mvcc: required revision has been compacted");
+        assert_eq!(watch_change(&from_key, &compacted, user), Some(WatchChange::FromKey));
+        // Auth off, root, no token, a garbage token: nothing to check again (3.5.1 refused the last two).
+        for caller in [None, Some(Caller::User(0)), Some(Caller::Nobody), Some(Caller::Garbage)] {
+            assert_eq!(watch_change(&from_key, &created, caller), None, "{caller:?}");
+        }
+        let unavailable = Answer::Status { code: Code::Unavailable, message: "x".into() };
+        for answer in [Answer::Timeout, Answer::Ended, unavailable] {
+            assert_eq!(watch_change(&from_key, &answer, user), None, "{answer:?}");
+        }
+        // Any other range_end was checked by 3.5.1 as sent, a single key or a range.
+        for range_end in [&b""[..], b"k6", b"\0\0"] {
+            let create = WatchCreate::of(&watch(&catalog, &fields(range_end))).expect("a create");
+            assert_eq!(watch_change(&create, &created, user), None, "{range_end:?}");
+        }
+    }
+
+    #[test]
+    fn only_an_auth_cause_refuses_a_watch_to_the_end() {
+        let denied = "rpc error: code = PermissionDenied desc = etcdserver: permission denied";
+        assert_eq!(auth_cause(Code::PermissionDenied, "etcdserver: permission denied").as_deref(), Some(denied));
+        assert_eq!(
+            auth_cause(Code::InvalidArgument, "etcdserver: revision of auth store is old").as_deref(),
+            Some("rpc error: code = InvalidArgument desc = etcdserver: revision of auth store is old")
+        );
+        assert_eq!(auth_cause(Code::Unavailable, "etcdserver: request timed out"), None);
+        assert_eq!(auth_cause(Code::PermissionDenied, "something else"), None);
+        // The refusal as 3.6 answers it: watch_id -1, created and canceled, the reason.
+        let catalog = Catalog::load().expect("descriptors");
+        let create = WatchCreate::of(&watch(&catalog, &[("watch_id", Value::I64(7))])).expect("a create");
+        assert_eq!(create.canceled(denied), first(true, true, -1, denied));
     }
 }

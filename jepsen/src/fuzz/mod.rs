@@ -387,10 +387,13 @@ impl<'a> Session<'a> {
         self.watch_as_36(request, answer).await
     }
 
-    /// etcd 3.5.1's answer to a Watch create turned into 3.6's where they differ ([`etcd36`]), counted.
+    /// etcd 3.5.1's answer to a Watch create turned into 3.6's where they differ ([`etcd36`]), counted. A
+    /// watch etcd opened and 3.6 would refuse does not stay: [`call::send`] cancels a stream after its first
+    /// response.
     async fn watch_as_36(&mut self, request: &Request, answer: &Answer) -> Option<Answer> {
         let create = etcd36::WatchCreate::of(request)?;
-        let translated = match etcd36::watch_change(&create, answer)? {
+        let auth_caller = self.etcd_auth.then_some(request.caller);
+        let translated = match etcd36::watch_change(&create, answer, auth_caller)? {
             WatchChange::NegativeStart(translated) => {
                 self.totals.as_etcd36.watch_negative_start += 1;
                 translated
@@ -401,6 +404,13 @@ impl<'a> Session<'a> {
                 let channel = self.etcd.as_ref()?.channel();
                 let reason = etcd36::refusal_reason(&create, credential, channel, token, self.opts.timeout()).await?;
                 self.totals.as_etcd36.watch_refused += 1;
+                create.canceled(&reason)
+            }
+            WatchChange::FromKey => {
+                let token = self.token(Side::Etcd, request.caller);
+                let channel = self.etcd.as_ref()?.channel();
+                let reason = etcd36::from_key_reason(&create, channel, token, self.opts.timeout()).await?;
+                self.totals.as_etcd36.watch_from_key += 1;
                 create.canceled(&reason)
             }
         };

@@ -93,6 +93,8 @@ pub struct AsEtcd36 {
     pub watch_refused: u64,
     /// Watch creates with a negative start revision: canceled as compacted.
     pub watch_negative_start: u64,
+    /// Watch creates from a key to the end that 3.5.1 took, of a user who may not read to the end: refused.
+    pub watch_from_key: u64,
     /// RoleGrantPermission of a range 3.6 refuses: held back from etcd.
     pub grant_invalid_range: u64,
     /// Admin-only requests of a caller without the root role: held back, 3.6's refusal.
@@ -242,12 +244,13 @@ impl Report {
         }
         let _ = writeln!(
             out,
-            "answered as etcd 3.6:\n{:>6} {:>4} {:>13} {:>13} {:>13} {:>11} {:>6} {:>12} {:>6} {:>10} {:>7} {:>10}",
+            "answered as etcd 3.6:\n{:>6} {:>4} {:>13} {:>13} {:>13} {:>14} {:>11} {:>6} {:>12} {:>6} {:>10} {:>7} {:>10}",
             "seed",
             "auth",
             "token ignored",
             "watch refused",
             "watch start<0",
+            "watch from key",
             "grant range",
             "admin",
             "admin mapped",
@@ -260,12 +263,13 @@ impl Report {
             let counts = &run.as_etcd36;
             let _ = writeln!(
                 out,
-                "{:>6} {:>4} {:>13} {:>13} {:>13} {:>11} {:>6} {:>12} {:>6} {:>10} {:>7} {:>10}",
+                "{:>6} {:>4} {:>13} {:>13} {:>13} {:>14} {:>11} {:>6} {:>12} {:>6} {:>10} {:>7} {:>10}",
                 run.seed,
                 on_off(run.auth),
                 counts.token_ignored,
                 counts.watch_refused,
                 counts.watch_negative_start,
+                counts.watch_from_key,
                 counts.grant_invalid_range,
                 counts.admin_required,
                 counts.admin_mapped,
@@ -364,7 +368,7 @@ mod tests {
             report.add_difference("KV/Put", "A".into(), "B".into(), &request, seen);
         }
         report.add_difference("KV/Put", "A".into(), "C".into(), &request, seen);
-        let mut as_etcd36 = AsEtcd36 { watch_refused: 2, ..AsEtcd36::default() };
+        let mut as_etcd36 = AsEtcd36 { watch_refused: 2, watch_from_key: 3, ..AsEtcd36::default() };
         as_etcd36.add(Rule36::LeaseKeys);
         as_etcd36.add(Rule36::AdminMapped);
         as_etcd36.add(Rule36::AdminMapped);
@@ -372,7 +376,7 @@ mod tests {
         report.add_run(RunTotals { seed: 1, differences: 4, requests: 10, as_etcd36, ..RunTotals::default() });
         let text = report.render();
         let counts =
-            "     1  off             0             2             0           0      0            2      0          1       0          1\n";
+            "     1  off             0             2             0              3           0      0            2      0          1       0          1\n";
         assert!(text.ends_with(counts), "{text}");
         assert!(
             text.starts_with("DIFFERENCES: 4 in 2 classes\n#1   KV/Put  x3\n     etcd: A\n     ours: B\n"),
@@ -381,6 +385,7 @@ mod tests {
         let json = report.to_json(&json!({}), 1.0);
         assert_eq!(json["classes"][0]["count"], 3);
         assert_eq!(json["runs"][0]["as_etcd36"]["watch_refused"], 2);
+        assert_eq!(json["runs"][0]["as_etcd36"]["watch_from_key"], 3);
         assert_eq!(json["runs"][0]["as_etcd36"]["admin_mapped"], 2);
         assert_eq!(json["runs"][0]["as_etcd36"]["txn_nested"], 1);
         assert_eq!(json["classes"][1]["ours"], "C");
