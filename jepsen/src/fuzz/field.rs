@@ -11,6 +11,14 @@ pub fn bytes(message: &DynamicMessage, name: &str) -> Vec<u8> {
     message.get_field_by_name(name).and_then(|v| v.as_bytes().map(|b| b.to_vec())).unwrap_or_default()
 }
 
+/// The length in bytes of a string (or bytes) field.
+pub fn text_len(message: &DynamicMessage, name: &str) -> usize {
+    match message.get_field_by_name(name) {
+        Some(value) => value.as_str().map(str::len).or_else(|| value.as_bytes().map(|b| b.len())).unwrap_or(0),
+        None => 0,
+    }
+}
+
 pub fn int64(message: &DynamicMessage, name: &str) -> i64 {
     message.get_field_by_name(name).and_then(|v| v.as_i64()).unwrap_or(0)
 }

@@ -75,7 +75,30 @@ pub fn known(request: &Request, wire_len: usize) -> Option<Known> {
     if let Some(reason) = alarm_crash(request) {
         return Some(Known::NoAnswer(reason));
     }
+    if wire_len <= MAX_RECEIVE_BYTES && password_too_long(request) {
+        let message = "bcrypt: password length exceeds 72 bytes".to_string();
+        return Some(Known::AnswerAs36(Answer::Status { code: Code::Unknown, message }, Rule36::PasswordTooLong));
+    }
     etcd_answer_today(request, wire_len).map(Known::AnswerToday)
+}
+
+/// The longest password bcrypt hashes. etcd 3.6 (golang.org/x/crypto v0.52) refuses longer ones in
+/// UserAdd and UserChangePassword before anything else (server/etcdserver/v3_server.go `UserAdd`,
+/// `UserChangePassword`: the hash comes before the raft request); 3.5.1 (x/crypto of 2020) hashed their
+/// first 72 bytes.
+const BCRYPT_MAX_PASSWORD: usize = 72;
+
+/// Whether etcd 3.6 would hash the request's password and find it too long: a UserAdd without
+/// `no_password`, or a UserChangePassword with a password.
+fn password_too_long(request: &Request) -> bool {
+    let hashes = match request.method.name.as_str() {
+        "UserAdd" => {
+            !field::message(&request.message, "options").is_some_and(|options| field::boolean(options, "no_password"))
+        }
+        "UserChangePassword" => true,
+        _ => return false,
+    };
+    hashes && field::text_len(&request.message, "password") > BCRYPT_MAX_PASSWORD
 }
 
 /// Why an Alarm request would crash etcd, if it would.
@@ -291,6 +314,31 @@ mod tests {
         );
         let harmless = txn(&catalog, "success", vec![op(&catalog, "request_range", range(&catalog, b"k", 4))]);
         assert!(!has_unknown_sort(&request(&catalog, "Txn", harmless)));
+    }
+
+    #[test]
+    fn passwords_past_72_bytes_get_etcd_36s_bcrypt_refusal() {
+        let catalog = Catalog::load().expect("descriptors");
+        let call = |method: &str, password: usize, no_password: bool| {
+            let method = catalog.method("etcdserverpb.Auth", method).expect("method");
+            let mut message = DynamicMessage::new(method.input.clone());
+            message.set_field_by_name("name", Value::String("u".into()));
+            message.set_field_by_name("password", Value::String("p".repeat(password)));
+            if no_password {
+                let options = build(&catalog, "authpb.UserAddOptions", &[("no_password", Value::Bool(true))]);
+                message.set_field_by_name("options", Value::Message(options));
+            }
+            let request = Request { method, message, caller: Caller::Nobody, invalid_utf8_field: None };
+            known(&request, request.encode().len())
+        };
+        let refused = Some(Known::AnswerAs36(
+            Answer::Status { code: Code::Unknown, message: "bcrypt: password length exceeds 72 bytes".into() },
+            Rule36::PasswordTooLong,
+        ));
+        assert_eq!(call("UserAdd", 73, false), refused);
+        assert_eq!(call("UserChangePassword", 100, false), refused);
+        assert_eq!(call("UserAdd", 72, false), None);
+        assert_eq!(call("UserAdd", 73, true), None, "a user without a password is not hashed");
     }
 
     #[test]

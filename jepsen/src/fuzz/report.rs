@@ -109,6 +109,8 @@ pub struct AsEtcd36 {
     pub txn_put: u64,
     /// Txns refused for something inside a nested Txn: held back.
     pub txn_nested: u64,
+    /// UserAdd and UserChangePassword with a password past 72 bytes: held back, 3.6's bcrypt refusal.
+    pub password_too_long: u64,
 }
 
 impl AsEtcd36 {
@@ -122,6 +124,7 @@ impl AsEtcd36 {
             Rule36::LeaseKeys => &mut self.lease_keys,
             Rule36::TxnPut => &mut self.txn_put,
             Rule36::TxnNested => &mut self.txn_nested,
+            Rule36::PasswordTooLong => &mut self.password_too_long,
         };
         *count += 1;
     }

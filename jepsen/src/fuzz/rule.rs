@@ -18,4 +18,7 @@ pub enum Rule36 {
     TxnPut,
     /// A Txn refused for something inside a nested Txn, which 3.5.1 does not check.
     TxnNested,
+    /// A UserAdd or UserChangePassword whose password is past bcrypt's 72 bytes: 3.6's bcrypt refuses to
+    /// hash it, 3.5.1's hashed the first 72 bytes.
+    PasswordTooLong,
 }
