@@ -249,8 +249,8 @@ fn render_pair(ours: &TargetSummary, etcd: &TargetSummary) -> String {
     out
 }
 
-/// Left-aligns the first column and right-aligns the others, two spaces apart.
-fn align(lines: &[Vec<String>]) -> String {
+/// Left-aligns the first column and right-aligns the others, two spaces apart (the `--scale` table too).
+pub(crate) fn align(lines: &[Vec<String>]) -> String {
     let columns = lines.iter().map(Vec::len).max().unwrap_or(0);
     let widths: Vec<usize> = (0..columns)
         .map(|c| lines.iter().filter_map(|line| line.get(c)).map(|cell| cell.chars().count()).max().unwrap_or(0))

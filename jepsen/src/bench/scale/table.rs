@@ -8,6 +8,7 @@ use serde::Serialize;
 use super::load::LoadMeasure;
 use super::maintenance::MaintenanceMeasure;
 use super::watchers::WatchMeasure;
+use crate::bench::table::align;
 use crate::options::Target;
 
 const MB: f64 = 1024.0 * 1024.0;
@@ -123,32 +124,6 @@ pub fn render(results: &[TargetResult]) -> String {
         for error in result.errors() {
             let _ = writeln!(out, "{}: ERROR {error}", result.target.name());
         }
-    }
-    out
-}
-
-/// Left-aligns the first column and right-aligns the others, two spaces apart.
-fn align(lines: &[Vec<String>]) -> String {
-    let columns = lines.iter().map(Vec::len).max().unwrap_or(0);
-    let widths: Vec<usize> = (0..columns)
-        .map(|c| lines.iter().filter_map(|line| line.get(c)).map(|cell| cell.chars().count()).max().unwrap_or(0))
-        .collect();
-    let mut out = String::new();
-    for line in lines {
-        let cells: Vec<String> = line
-            .iter()
-            .enumerate()
-            .map(
-                |(c, cell)| {
-                    if c == 0 {
-                        format!("{cell:<w$}", w = widths[c])
-                    } else {
-                        format!("{cell:>w$}", w = widths[c])
-                    }
-                },
-            )
-            .collect();
-        let _ = writeln!(out, "{}", cells.join("  ").trim_end());
     }
     out
 }
