@@ -6,6 +6,7 @@ use std::sync::Arc;
 
 use base64::engine::general_purpose::STANDARD as BASE64;
 use base64::Engine;
+use prost::Message;
 use proto::etcdserverpb as pb;
 use tonic::{Request, Response, Status};
 
@@ -46,14 +47,25 @@ impl<C: Consensus> AuthService<C> {
 
     /// Proposes a change for the caller `token` names; answers apply's outcome and a header. As etcd, the
     /// token is checked first, then the request's size (before any check of what it asks).
-    async fn change<T: prost::Message>(&self, request: &Request<T>, cmd: AuthCommand) -> Result<(AuthOutcome, Header)> {
+    async fn change<T>(&self, request: &Request<T>, cmd: AuthCommand) -> Result<(AuthOutcome, Header)> {
+        let size = proposal_len(&cmd);
+        self.change_sized(request, cmd, size).await
+    }
+
+    /// [`Self::change`] where etcd's proposal is not ours: `size` is the length of what etcd proposes.
+    async fn change_sized<T>(
+        &self,
+        request: &Request<T>,
+        cmd: AuthCommand,
+        size: usize,
+    ) -> Result<(AuthOutcome, Header)> {
         if self.consensus.is_learner() {
             return Err(Error::NotSupportedForLearner);
         }
         let token = token_of(request.metadata());
         let caller = caller(&*self.consensus, &self.store, token.as_deref()).await?;
         // As etcd: the limit holds for what is proposed (a password replaced by its hash).
-        validate::check_size(proposal_len(&cmd), &self.config.limits)?;
+        validate::check_size(size, &self.config.limits)?;
         match self.consensus.propose(as_caller(caller, Command::Auth(cmd))).await? {
             CommandResponse::Auth(outcome) => Ok((outcome, self.header())),
             other => Err(Error::Internal(format!("apply answered an auth change with {other:?}"))),
@@ -177,7 +189,9 @@ impl<C: Consensus> pb::auth_server::Auth for AuthService<C> {
         req.hashed_password =
             if no_password { Vec::new() } else { self.hash(std::mem::take(&mut req.password)).await? };
         req.password.clear();
-        let (_, header) = self.change(&request, AuthCommand::UserAdd(req)).await?;
+        // etcd proposes a user without a password as the client sent it, password and hash included.
+        let size = if no_password { request.get_ref().encoded_len() } else { req.encoded_len() };
+        let (_, header) = self.change_sized(&request, AuthCommand::UserAdd(req), size).await?;
         Ok(Response::new(pb::AuthUserAddResponse { header }))
     }
 
@@ -235,7 +249,10 @@ impl<C: Consensus> pb::auth_server::Auth for AuthService<C> {
             // (not base64 either) after looking the user up, where etcd refuses the client's text.
             req.hashed_password = NOT_BASE64.to_vec();
         }
-        let (_, header) = self.change(&request, AuthCommand::UserChangePassword(req)).await?;
+        // Without a password, etcd proposes the client's hash as sent.
+        let size =
+            if request.get_ref().password.is_empty() { request.get_ref().encoded_len() } else { req.encoded_len() };
+        let (_, header) = self.change_sized(&request, AuthCommand::UserChangePassword(req), size).await?;
         Ok(Response::new(pb::AuthUserChangePasswordResponse { header }))
     }
 

@@ -108,6 +108,18 @@ async fn shared_cases(endpoint: &str) -> anyhow::Result<Vec<(&'static str, Answe
         ..Default::default()
     };
     out.push(("user add, a huge hash dropped", answer(auth.user_add(huge_hash).await), (Code::Ok, String::new())));
+    // A user without a password is proposed as sent, password included.
+    let huge_unused = pb::AuthUserAddRequest {
+        name: "nopw".into(),
+        password: vec![b'x'; TOO_LARGE],
+        options: Some(authpb::UserAddOptions { no_password: true }),
+        ..Default::default()
+    };
+    out.push((
+        "user add without password, too large",
+        answer(auth.user_add(huge_unused).await),
+        invalid("etcdserver: request is too large"),
+    ));
     let huge_get = pb::AuthUserGetRequest { name: vec![b'x'; TOO_LARGE] };
     out.push((
         "user get too large",
