@@ -33,8 +33,11 @@ use plotters::coord::Shift;
 use plotters::element::DynElement;
 use plotters::prelude::*;
 
+mod legend;
 pub mod sample;
 pub mod timeline;
+
+use legend::legend;
 
 use sample::{bucket_width_s, throughput};
 pub use sample::{f_of, fault_windows, FaultWindow, Sample};
@@ -256,16 +259,6 @@ fn failed<E: std::error::Error + Send + Sync + 'static>(path: &Path) -> impl FnO
 
 type Chart<'a, DB, Y> = ChartContext<'a, DB, Cartesian2d<RangedCoordf64, Y>>;
 type DrawResult<DB> = std::result::Result<(), DrawingAreaErrorKind<<DB as DrawingBackend>::ErrorType>>;
-
-fn legend<'a, DB: DrawingBackend + 'a, Y: Ranged<ValueType = f64>>(chart: &mut Chart<'a, DB, Y>) -> DrawResult<DB> {
-    chart
-        .configure_series_labels()
-        .position(SeriesLabelPosition::UpperRight)
-        .background_style(WHITE.mix(0.85))
-        .border_style(RGBColor(160, 160, 160))
-        .label_font(("sans-serif", 14))
-        .draw()
-}
 
 /// A tick label: `10`, not `10.0`; `0.25`, not `0.25000000000000006`.
 fn tick(value: &f64) -> String {

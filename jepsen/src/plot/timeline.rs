@@ -112,13 +112,7 @@ impl Timeline {
             }
         }
         if self.text {
-            chart
-                .configure_series_labels()
-                .position(SeriesLabelPosition::UpperRight)
-                .background_style(WHITE.mix(0.85))
-                .border_style(RGBColor(160, 160, 160))
-                .label_font(("sans-serif", 14))
-                .draw()?;
+            super::legend::legend(&mut chart)?;
         }
         Ok(())
     }
