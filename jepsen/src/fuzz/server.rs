@@ -9,6 +9,7 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use tonic::transport::Channel;
+use tracing::debug;
 
 use super::options::FuzzOptions;
 use crate::client;
@@ -18,6 +19,8 @@ use crate::error::{Error, Result};
 const READY_TIMEOUT: Duration = Duration::from_secs(60);
 /// The line both servers log once they serve clients.
 const READY_LINE: &str = "ready to serve client requests";
+/// Starts tried on fresh ports before a lost port counts as a failure.
+const PORT_ATTEMPTS: u32 = 3;
 
 /// Which implementation a server is.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -95,17 +98,39 @@ impl Server {
             child: Some(child),
             channel,
         };
-        server.wait_ready().await?;
+        match server.wait_ready().await {
+            Err(err) if server.lost_a_port() => {
+                debug!(%err, "a port was taken before the server bound it; starting again on new ports");
+                server.restart_fresh().await?;
+            }
+            other => other?,
+        }
         Ok(server)
     }
 
-    /// Kills the server and starts it again, empty, on a new data dir and new ports.
+    /// Kills the server and starts it again, empty, on a new data dir and new ports. Ports are free
+    /// when picked but another process (a parallel run) may bind them first: then it tries new ones.
     pub async fn restart_fresh(&mut self) -> Result<()> {
-        self.kill();
-        self.starts += 1;
-        let (child, dir, channel) = spawn(self.side, &self.binary, &self.root, self.starts)?;
-        (self.child, self.dir, self.channel) = (Some(child), dir, channel);
-        self.wait_ready().await
+        let mut attempt = 1;
+        loop {
+            self.kill();
+            self.starts += 1;
+            let (child, dir, channel) = spawn(self.side, &self.binary, &self.root, self.starts)?;
+            (self.child, self.dir, self.channel) = (Some(child), dir, channel);
+            match self.wait_ready().await {
+                Err(err) if attempt < PORT_ATTEMPTS && self.lost_a_port() => {
+                    debug!(%err, attempt, "a port was taken before the server bound it; trying new ports");
+                    attempt += 1;
+                }
+                other => return other,
+            }
+        }
+    }
+
+    /// Whether the last start failed because a port it was given was taken meanwhile (both servers
+    /// log the OS's "address already in use").
+    fn lost_a_port(&self) -> bool {
+        self.log_tail(20).to_lowercase().contains("address already in use")
     }
 
     pub fn channel(&self) -> &Channel {
@@ -224,4 +249,49 @@ fn free_ports() -> Result<[u16; 2]> {
     let (first, second) = (bind()?, bind()?);
     let port = |l: &TcpListener| l.local_addr().map(|a| a.port()).map_err(Error::system("read a bound port"));
     Ok([port(&first)?, port(&second)?])
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A stand-in server that, as a real one whose port was taken, exits with the OS's bind error on its
+    /// first `failures` starts, then logs the ready line and stays up.
+    fn flaky_server(dir: &Path, failures: u32) -> PathBuf {
+        let script = dir.join("server.sh");
+        let count = dir.join("starts");
+        let text = format!(
+            "#!/bin/sh\necho x >> {count}\nif [ $(wc -l < {count}) -le {failures} ]; then\n  echo 'listen tcp 127.0.0.1:1: bind: address already in use'; exit 1\nfi\necho '{READY_LINE}'\nexec sleep 60\n",
+            count = count.display()
+        );
+        std::fs::write(&script, text).expect("write script");
+        let status = Command::new("chmod").arg("+x").arg(&script).status().expect("chmod");
+        assert!(status.success());
+        script
+    }
+
+    #[tokio::test]
+    async fn a_port_taken_by_another_process_is_tried_again_on_new_ports() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let server = Server::start(Side::Etcd, &flaky_server(dir.path(), 2), dir.path()).await.expect("started");
+        assert_eq!(server.starts, 3, "two lost ports, then a start on fresh ones");
+    }
+
+    #[tokio::test]
+    async fn a_server_that_keeps_losing_its_port_is_an_error() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let err = Server::start(Side::Etcd, &flaky_server(dir.path(), 10), dir.path()).await.err().expect("gave up");
+        assert!(err.to_string().contains("address already in use"), "{err}");
+    }
+
+    #[tokio::test]
+    async fn any_other_failure_to_start_is_not_retried() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let script = dir.path().join("broken.sh");
+        std::fs::write(&script, "#!/bin/sh\necho 'error: unexpected argument'\nexit 2\n").expect("write script");
+        assert!(Command::new("chmod").arg("+x").arg(&script).status().expect("chmod").success());
+        let err = Server::start(Side::Ours, &script, dir.path()).await.err().expect("failed");
+        assert!(err.to_string().contains("unexpected argument"), "{err}");
+        assert!(!dir.path().join("ours-2").exists(), "started only once");
+    }
 }
