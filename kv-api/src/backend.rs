@@ -43,19 +43,30 @@ pub type BatchOp = (Bucket, Vec<u8>, Option<Vec<u8>>);
 #[derive(Clone, Debug, Default)]
 pub struct WriteBatch {
     pub ops: Vec<BatchOp>,
+    /// The keys' and values' bytes in `ops`.
+    bytes: usize,
 }
 
 impl WriteBatch {
     pub fn put(&mut self, bucket: Bucket, key: impl Into<Vec<u8>>, value: impl Into<Vec<u8>>) {
-        self.ops.push((bucket, key.into(), Some(value.into())));
+        let (key, value) = (key.into(), value.into());
+        self.bytes += key.len() + value.len();
+        self.ops.push((bucket, key, Some(value)));
     }
 
     pub fn delete(&mut self, bucket: Bucket, key: impl Into<Vec<u8>>) {
-        self.ops.push((bucket, key.into(), None));
+        let key = key.into();
+        self.bytes += key.len();
+        self.ops.push((bucket, key, None));
     }
 
     pub fn is_empty(&self) -> bool {
         self.ops.is_empty()
+    }
+
+    /// The keys' and values' bytes the batch writes.
+    pub fn bytes(&self) -> usize {
+        self.bytes
     }
 }
 

@@ -407,6 +407,11 @@ impl MvccStore {
         self.batch.ops.len()
     }
 
+    /// The keys' and values' bytes staged and not yet committed.
+    pub fn staged_bytes(&self) -> usize {
+        self.batch.bytes()
+    }
+
     /// Writes everything staged since the last commit, atomically.
     pub fn commit(&mut self) -> Result<()> {
         if self.batch.is_empty() {

@@ -13,8 +13,11 @@ pub(crate) const TREE: &str = "kv";
 const CURRENT: &str = "CURRENT";
 /// sled's page cache for the store (see [`crate::storage`] for why it is small).
 const CACHE_BYTES: u64 = 64 * 1024 * 1024;
-/// Entries per batch when copying a tree.
+/// Entries per batch when copying a tree or replaying writes onto it, at most...
 const COPY_BATCH: usize = 4096;
+/// ... and bytes: sled keeps much of a larger batch in memory (see the state machine's commit bound;
+/// a defrag that replayed the compactor's 70k deletions in one batch grew a member by 310 MB).
+const COPY_BATCH_BYTES: usize = 1 << 20;
 
 /// One write to a tree: tagged keys, each with its new value or `None` for a removal, in order.
 pub(crate) type Ops = Vec<(Vec<u8>, Option<Vec<u8>>)>;
@@ -74,41 +77,74 @@ pub(crate) fn batch_of(ops: &Ops) -> sled::Batch {
     batch
 }
 
-/// Applies writes recorded on another tree, in their order, as one batch (a later op on a key
-/// overrides an earlier one in a sled batch); returns how many ops they held.
+/// Applies writes recorded on another tree, in their order, in batches of bounded size (the new
+/// generation is not in use yet, so they need not be one); returns how many ops they held.
 pub(crate) fn replay(to: &sled::Tree, writes: Vec<Ops>) -> Result<usize, sled::Error> {
-    let mut batch = sled::Batch::default();
-    let mut count = 0;
-    for ops in writes {
-        count += ops.len();
-        for (key, value) in ops {
-            match value {
-                Some(value) => batch.insert(key, value),
-                None => batch.remove(key),
-            }
-        }
+    let mut batches = Batches::new(to);
+    for (key, value) in writes.into_iter().flatten() {
+        batches.push(key, value)?;
     }
-    if count > 0 {
-        to.apply_batch(batch)?;
-    }
-    Ok(count)
+    batches.finish()
 }
 
 /// Copies every entry of `from` into `to`. `from` may change meanwhile: the copy then holds each key
 /// as it was at some point of the copy, which replaying the writes made since the start fixes.
 pub(crate) fn copy(from: &sled::Tree, to: &sled::Tree) -> Result<(), sled::Error> {
-    let mut batch = sled::Batch::default();
-    let mut pending = 0;
+    let mut batches = Batches::new(to);
     for item in from.iter() {
         let (key, value) = item?;
-        batch.insert(key, value);
-        pending += 1;
-        if pending == COPY_BATCH {
-            to.apply_batch(std::mem::take(&mut batch))?;
-            pending = 0;
-        }
+        batches.push(key, Some(value))?;
     }
-    to.apply_batch(batch)
+    batches.finish().map(|_| ())
+}
+
+/// Writes to a tree in sled batches of at most [`COPY_BATCH`] entries and about [`COPY_BATCH_BYTES`],
+/// in order (a later op on a key overrides an earlier one).
+struct Batches<'a> {
+    to: &'a sled::Tree,
+    batch: sled::Batch,
+    entries: usize,
+    bytes: usize,
+    total: usize,
+}
+
+impl<'a> Batches<'a> {
+    fn new(to: &'a sled::Tree) -> Self {
+        Self { to, batch: sled::Batch::default(), entries: 0, bytes: 0, total: 0 }
+    }
+
+    fn push(&mut self, key: impl Into<sled::IVec>, value: Option<impl Into<sled::IVec>>) -> Result<(), sled::Error> {
+        let key = key.into();
+        self.bytes += key.len();
+        match value {
+            Some(value) => {
+                let value = value.into();
+                self.bytes += value.len();
+                self.batch.insert(key, value);
+            }
+            None => self.batch.remove(key),
+        }
+        self.entries += 1;
+        if self.entries == COPY_BATCH || self.bytes >= COPY_BATCH_BYTES {
+            self.write()?;
+        }
+        Ok(())
+    }
+
+    fn write(&mut self) -> Result<(), sled::Error> {
+        if self.entries > 0 {
+            self.to.apply_batch(std::mem::take(&mut self.batch))?;
+            self.total += self.entries;
+            (self.entries, self.bytes) = (0, 0);
+        }
+        Ok(())
+    }
+
+    /// Writes what is left; returns how many ops were written in all.
+    fn finish(mut self) -> Result<usize, sled::Error> {
+        self.write()?;
+        Ok(self.total)
+    }
 }
 
 pub(crate) fn read_current(dir: &Path) -> Result<Option<u64>, sled::Error> {
@@ -177,6 +213,32 @@ mod tests {
         let all = |t: &sled::Tree| t.iter().map(|i| i.expect("item")).collect::<Vec<_>>();
         assert_eq!(all(&to.tree), all(&from.tree));
         assert_eq!(replay(&to.tree, Vec::new()).expect("replay"), 0);
+    }
+
+    #[test]
+    fn writes_replayed_over_many_batches_keep_their_order() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let to = Generation::open(dir.path(), 0).expect("open");
+        // More ops than one batch takes, and values large enough to cut batches by size too: each key
+        // is written, removed and written again far apart, across batch boundaries.
+        let value = vec![b'v'; 700];
+        let mut writes = Vec::new();
+        for round in 0..3u8 {
+            let op = |i: u32| -> (Vec<u8>, Option<Vec<u8>>) {
+                let key = format!("k{i:05}").into_bytes();
+                match round {
+                    1 if i % 2 == 0 => (key, None),
+                    _ => (key, Some([value.as_slice(), &[round]].concat())),
+                }
+            };
+            writes.push((0..3000).map(op).collect::<Ops>());
+        }
+        writes.push(ops(&[("k00000", None)]));
+        assert_eq!(replay(&to.tree, writes).expect("replay"), 9001);
+        assert_eq!(to.tree.len(), 2999);
+        assert_eq!(to.tree.get("k00000").expect("read"), None, "the last op wins");
+        let last = to.tree.get("k00002").expect("read").expect("written again after its removal");
+        assert_eq!(last.last(), Some(&2));
     }
 
     #[test]
