@@ -11,8 +11,6 @@ use tracing::warn;
 pub(crate) const TREE: &str = "kv";
 /// The file naming the generation in use.
 const CURRENT: &str = "CURRENT";
-/// sled's page cache for the store (see [`crate::storage`] for why it is small).
-const CACHE_BYTES: u64 = 64 * 1024 * 1024;
 /// Entries per batch when copying a tree or replaying writes onto it, at most...
 const COPY_BATCH: usize = 4096;
 /// ... and bytes: sled keeps much of a larger batch in memory (see the state machine's commit bound;
@@ -37,7 +35,7 @@ pub(crate) struct Generation {
 impl Generation {
     pub(crate) fn open(dir: &Path, number: u64) -> Result<Self, sled::Error> {
         let path = dir.join(number.to_string());
-        let db = sled::Config::new().path(&path).cache_capacity(CACHE_BYTES).open()?;
+        let db = sled::Config::new().path(&path).cache_capacity(super::CACHE_BYTES).open()?;
         let tree = db.open_tree(TREE)?;
         Ok(Self { number, db, tree, path, retired: AtomicBool::new(false) })
     }
@@ -227,7 +225,7 @@ mod tests {
             let op = |i: u32| -> (Vec<u8>, Option<Vec<u8>>) {
                 let key = format!("k{i:05}").into_bytes();
                 match round {
-                    1 if i % 2 == 0 => (key, None),
+                    1 if i.is_multiple_of(2) => (key, None),
                     _ => (key, Some([value.as_slice(), &[round]].concat())),
                 }
             };

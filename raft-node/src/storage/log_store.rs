@@ -1,6 +1,11 @@
 //! [`LogStore`]: openraft's log storage on sled.
 //!
-//! - tree `logs`: index (big-endian u64, so sled's order is the log's order) → bincode [`Entry`];
+//! - tree `logs`: index (big-endian u64, so sled's order is the log's order) → bincode [`Entry`]; an
+//!   entry of more than [`CHUNK_BYTES`] is stored in pieces instead, under the index followed by the
+//!   piece's number (big-endian u32), the first piece carrying the count (see [`Chunks`]): sled 0.34
+//!   keeps tree nodes that hold large values in memory whatever its cache size (measured: 400 MB of
+//!   100 KiB values kept 415 MB resident with a 64 MiB cache, in 16 KiB values 125–130 MB, also for
+//!   800 MB), and an entry carrying a group of clients' writes is easily 100 KiB;
 //! - tree `raft_state`: the vote, the committed log id and the last purged log id.
 //!
 //! Appends and votes are flushed before they are reported done (design invariant 2). A flush of this
@@ -37,14 +42,18 @@ pub struct LogStore {
     /// The newest entries (a suffix of the log, or nothing), as appended: the leader's replication to
     /// each follower reads an entry right after its append, and decoding it again from sled for every
     /// follower cost the leader more than anything else replication does.
-    tail: Arc<Mutex<VecDeque<Entry>>>,
+    tail: Arc<Mutex<Tail>>,
     /// `--unsafe-no-fsync`: appends and votes are acknowledged unflushed (sled's flusher still writes them
     /// within half a second). A crash can lose acknowledged writes.
     no_fsync: bool,
 }
 
-/// Entries the tail keeps, at most (each may carry many clients' writes).
+/// Entries the tail keeps, at most (each may carry many clients' writes)...
 const TAIL_ENTRIES: usize = 256;
+/// ... and their encoded bytes, about.
+const TAIL_BYTES: usize = 16 << 20;
+/// An encoded entry longer than this is stored in pieces of this size.
+const CHUNK_BYTES: usize = 8 << 10;
 
 /// `range` as the half-open `[start, end)` of indexes it covers, `end` clipped to `last + 1`.
 fn half_open(range: &impl RangeBounds<u64>, last: u64) -> (u64, u64) {
@@ -72,10 +81,163 @@ fn index_key(index: u64) -> [u8; 8] {
     index.to_be_bytes()
 }
 
+/// The key of piece `piece` of the entry at `index`: after the index's own key and before the next
+/// index's, in sled's order.
+fn piece_key(index: u64, piece: u32) -> [u8; 12] {
+    let mut key = [0; 12];
+    key[..8].copy_from_slice(&index.to_be_bytes());
+    key[8..].copy_from_slice(&piece.to_be_bytes());
+    key
+}
+
+/// The newest entries with their encoded sizes.
+#[derive(Debug, Default)]
+struct Tail {
+    entries: VecDeque<(Entry, usize)>,
+    bytes: usize,
+}
+
+impl Tail {
+    fn front(&self) -> Option<&Entry> {
+        self.entries.front().map(|(entry, _)| entry)
+    }
+
+    fn back(&self) -> Option<&Entry> {
+        self.entries.back().map(|(entry, _)| entry)
+    }
+
+    fn clear(&mut self) {
+        self.entries.clear();
+        self.bytes = 0;
+    }
+
+    fn retain(&mut self, keep: impl Fn(&Entry) -> bool) {
+        self.entries.retain(|(entry, _)| keep(entry));
+        self.bytes = self.entries.iter().map(|(_, size)| size).sum();
+    }
+}
+
+/// The pieces of an entry stored in pieces, as read back in key order: the first one starts with the
+/// number of pieces (big-endian u32). A crash while they were written leaves a prefix of them, which
+/// [`Chunks::finish`] tells apart from a whole entry.
+#[derive(Default)]
+struct Chunks {
+    index: u64,
+    expected: u32,
+    got: u32,
+    bytes: Vec<u8>,
+}
+
+impl Chunks {
+    /// Splits `bytes` (the entry at `index`, encoded) into its keys and pieces.
+    fn split(index: u64, bytes: &[u8]) -> Vec<([u8; 12], Vec<u8>)> {
+        let pieces = bytes.chunks(CHUNK_BYTES);
+        let count = u32::try_from(pieces.len()).unwrap_or(u32::MAX);
+        pieces
+            .enumerate()
+            .map(|(n, piece)| {
+                let n = n as u32;
+                let value = if n == 0 { [&count.to_be_bytes()[..], piece].concat() } else { piece.to_vec() };
+                (piece_key(index, n), value)
+            })
+            .collect()
+    }
+
+    /// Takes the piece under `key` (12 bytes); a piece of another entry, or out of order, is an error.
+    fn push(&mut self, key: &[u8], value: &[u8]) -> Result<(), StorageError> {
+        let index = u64::from_be_bytes(key[..8].try_into().map_err(|_| corrupt_log("a short piece key"))?);
+        let piece = u32::from_be_bytes(key[8..12].try_into().map_err(|_| corrupt_log("a short piece key"))?);
+        if piece == 0 {
+            let count = value.get(..4).ok_or_else(|| corrupt_log("a first piece without its count"))?;
+            *self = Chunks {
+                index,
+                expected: u32::from_be_bytes(count.try_into().map_err(|_| corrupt_log("a bad piece count"))?),
+                got: 1,
+                bytes: value[4..].to_vec(),
+            };
+            return Ok(());
+        }
+        if index != self.index || piece != self.got {
+            return Err(corrupt_log(&format!("piece {piece} of log entry {index} out of order")));
+        }
+        self.got += 1;
+        self.bytes.extend_from_slice(value);
+        Ok(())
+    }
+
+    /// The whole encoded entry, or `None` when pieces are missing (an append cut short by a crash).
+    fn finish(self) -> Option<(u64, Vec<u8>)> {
+        (self.got > 0 && self.got == self.expected).then_some((self.index, self.bytes))
+    }
+}
+
+fn corrupt_log(what: &str) -> StorageError {
+    let err = io::Error::new(io::ErrorKind::InvalidData, format!("the Raft log holds {what}"));
+    StorageIOError::read_logs(&err).into()
+}
+
 impl LogStore {
     pub fn open(db: &sled::Db) -> Result<Self, StorageError> {
         let open = |name: &str| db.open_tree(name).map_err(|e| StorageIOError::read_logs(&e));
-        Ok(Self { db: db.clone(), logs: open(LOGS)?, state: open(RAFT_STATE)?, tail: Arc::default(), no_fsync: false })
+        let log =
+            Self { db: db.clone(), logs: open(LOGS)?, state: open(RAFT_STATE)?, tail: Arc::default(), no_fsync: false };
+        log.remove_unfinished_entry()?;
+        Ok(log)
+    }
+
+    /// Removes the pieces of a last entry whose append a crash cut short (sled keeps a prefix of its
+    /// writes, so only the last entry can be unfinished; it was never reported persisted).
+    fn remove_unfinished_entry(&self) -> Result<(), StorageError> {
+        let Some((key, _)) = self.logs.last().map_err(|e| StorageIOError::read_logs(&e))? else {
+            return Ok(());
+        };
+        if key.len() != 12 {
+            return Ok(());
+        }
+        let index = u64::from_be_bytes(key[..8].try_into().map_err(|_| corrupt_log("a short piece key"))?);
+        if self.read_range(index, index + 1)?.is_empty() {
+            tracing::warn!(index, "removing a Raft log entry whose append was cut short");
+            self.remove_range(index_key(index)..index_key(index + 1), End::Tail)?;
+        }
+        Ok(())
+    }
+
+    /// The whole entries with indexes in `[start, end)`, in order; an unfinished last one is left out.
+    fn read_range(&self, start: u64, end: u64) -> Result<Vec<Entry>, StorageError> {
+        let mut entries = Vec::new();
+        let mut chunks: Option<Chunks> = None;
+        let read_err = |e: sled::Error| StorageError::from(StorageIOError::read_logs(&e));
+        for item in self.logs.range(index_key(start)..index_key(end)) {
+            let (key, value) = item.map_err(read_err)?;
+            // A whole entry, or the first piece of one, ends the entry read before it.
+            if key.len() == 8 || key.get(8..12) == Some(&[0, 0, 0, 0][..]) {
+                if let Some(done) = chunks.take() {
+                    entries.push(self.finished(done)?);
+                }
+            }
+            if key.len() == 8 {
+                entries.push(Self::decode_entry(&key, &value)?);
+            } else {
+                chunks.get_or_insert_with(Chunks::default).push(&key, &value)?;
+            }
+        }
+        match chunks.map(|done| (done.index, done.finish())) {
+            Some((_, Some((index, bytes)))) => entries.push(Self::decode_entry(&index_key(index), &bytes)?),
+            // Only the log's very last entry may be unfinished (and `open` removes it).
+            Some((last, None)) if self.logs.range(index_key(last + 1)..).next().is_some() => {
+                return Err(corrupt_log(&format!("an unfinished entry {last} before later ones")));
+            }
+            _ => {}
+        }
+        Ok(entries)
+    }
+
+    /// The entry whose pieces `done` holds, which later keys follow (so it must be whole).
+    fn finished(&self, done: Chunks) -> Result<Entry, StorageError> {
+        let index = done.index;
+        let (_, bytes) =
+            done.finish().ok_or_else(|| corrupt_log(&format!("an unfinished entry {index} before later ones")))?;
+        Self::decode_entry(&index_key(index), &bytes)
     }
 
     /// `--unsafe-no-fsync`: acknowledge appends and votes without flushing them.
@@ -109,10 +271,26 @@ impl LogStore {
         Ok(entry)
     }
 
+    /// The id of the last whole entry (an unfinished one after it is not part of the log).
     fn last_log_id(&self) -> Result<Option<LogId>, StorageError> {
-        match self.logs.last().map_err(|e| StorageIOError::read_logs(&e))? {
-            Some((index, bytes)) => Ok(Some(Self::decode_entry(&index, &bytes)?.log_id)),
-            None => Ok(None),
+        let mut below: Option<u64> = None;
+        loop {
+            let last = match below {
+                Some(index) => self.logs.range(..index_key(index)).next_back().transpose(),
+                None => self.logs.last(),
+            };
+            match last.map_err(|e| StorageIOError::read_logs(&e))? {
+                Some((key, bytes)) if key.len() == 8 => return Ok(Some(Self::decode_entry(&key, &bytes)?.log_id)),
+                Some((key, _)) => {
+                    let index = u64::from_be_bytes(key[..8].try_into().map_err(|_| corrupt_log("a short piece key"))?);
+                    match self.read_range(index, index + 1)?.pop() {
+                        Some(entry) => return Ok(Some(entry.log_id)),
+                        None if below.is_none() => below = Some(index),
+                        None => return Err(corrupt_log(&format!("an unfinished entry {index} before later ones"))),
+                    }
+                }
+                None => return Ok(None),
+            }
         }
     }
 
@@ -126,18 +304,21 @@ impl LogStore {
             return None;
         }
         let (from, to) = ((start - first) as usize, (end - first) as usize);
-        Some(tail.range(from..to).cloned().collect())
+        Some(tail.entries.range(from..to).map(|(entry, _)| entry.clone()).collect())
     }
 
-    /// Keeps `entry` as the newest of the tail.
-    fn remember(&self, entry: Entry) {
+    /// Keeps `entry` (of `size` encoded bytes) as the newest of the tail.
+    fn remember(&self, entry: Entry, size: usize) {
         let mut tail = self.tail.lock();
         if tail.back().is_some_and(|last| last.log_id.index + 1 != entry.log_id.index) {
             tail.clear();
         }
-        tail.push_back(entry);
-        if tail.len() > TAIL_ENTRIES {
-            tail.pop_front();
+        tail.entries.push_back((entry, size));
+        tail.bytes += size;
+        while tail.entries.len() > TAIL_ENTRIES || (tail.bytes > TAIL_BYTES && tail.entries.len() > 1) {
+            if let Some((_, size)) = tail.entries.pop_front() {
+                tail.bytes -= size;
+            }
         }
     }
 
@@ -182,8 +363,6 @@ impl RaftLogReader<TypeConfig> for LogStore {
         &mut self,
         range: RB,
     ) -> Result<Vec<Entry>, StorageError> {
-        let start = range.start_bound().map(|i| index_key(*i));
-        let end = range.end_bound().map(|i| index_key(*i));
         if let Some(entries) = self.from_tail(&range) {
             return Ok(entries);
         }
@@ -197,13 +376,8 @@ impl RaftLogReader<TypeConfig> for LogStore {
         if empty {
             return Ok(Vec::new());
         }
-        self.logs
-            .range((start, end))
-            .map(|item| {
-                let (index, bytes) = item.map_err(|e| StorageIOError::read_logs(&e))?;
-                Self::decode_entry(&index, &bytes)
-            })
-            .collect()
+        let (start, end) = half_open(&range, u64::MAX - 1);
+        self.read_range(start, end)
     }
 }
 
@@ -259,8 +433,16 @@ impl RaftLogStorage<TypeConfig> for LogStore {
         // extra log buffer writes on every append.
         for entry in entries {
             let bytes = encode(&entry).map_err(|e| StorageIOError::write_log_entry(entry.log_id, &e))?;
-            self.logs.insert(index_key(entry.log_id.index), bytes).map_err(|e| StorageIOError::write_logs(&e))?;
-            self.remember(entry);
+            let size = bytes.len();
+            let index = entry.log_id.index;
+            if size <= CHUNK_BYTES {
+                self.logs.insert(index_key(index), bytes).map_err(|e| StorageIOError::write_logs(&e))?;
+            } else {
+                for (key, piece) in Chunks::split(index, &bytes) {
+                    self.logs.insert(key, piece).map_err(|e| StorageIOError::write_logs(&e))?;
+                }
+            }
+            self.remember(entry, size);
         }
         // Entries are readable now; they are reported persisted only once on disk.
         match self.flush().await {
@@ -289,7 +471,8 @@ impl RaftLogStorage<TypeConfig> for LogStore {
     async fn purge(&mut self, log_id: LogId) -> Result<(), StorageError> {
         self.write_state(KEY_LAST_PURGED, &log_id)?;
         self.tail.lock().retain(|entry| entry.log_id.index > log_id.index);
-        self.remove_range(..=index_key(log_id.index), End::Head)
+        // Up to the next index's key: the pieces of the entry at `log_id` sort after its index's own key.
+        self.remove_range(..index_key(log_id.index + 1), End::Head)
     }
 }
 
@@ -303,6 +486,24 @@ mod tests {
 
     fn blank(term: u64, index: u64) -> Entry {
         Entry { log_id: LogId::new(CommittedLeaderId::new(term, 1), index), payload: EntryPayload::Blank }
+    }
+
+    /// An entry whose encoding takes several pieces (`kib` KiB of value), at `index` of `term`.
+    fn large(term: u64, index: u64, kib: usize) -> Entry {
+        let put = kv_api::Command::Put(proto::etcdserverpb::PutRequest {
+            key: format!("k{index}").into_bytes(),
+            value: vec![(index % 251) as u8; kib << 10],
+            ..Default::default()
+        });
+        Entry {
+            log_id: LogId::new(CommittedLeaderId::new(term, 1), index),
+            payload: EntryPayload::Normal(std::sync::Arc::new(vec![put])),
+        }
+    }
+
+    /// Small and large entries alternating from `from` to `to`, of `term`.
+    fn mixed(term: u64, from: u64, to: u64) -> Vec<Entry> {
+        (from..=to).map(|i| if i.is_multiple_of(2) { large(term, i, 20 + i as usize) } else { blank(term, i) }).collect()
     }
 
     fn indexes(entries: &[Entry]) -> Vec<u64> {
@@ -384,5 +585,64 @@ mod tests {
         for (got, want) in cases {
             assert_eq!(indexes(&got), want);
         }
+    }
+
+    #[tokio::test]
+    async fn large_entries_are_stored_in_pieces_and_read_back_whole() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let written = mixed(1, 1, 12);
+        {
+            let (mut log, _sm, _store) = open(dir.path()).expect("open");
+            log.blocking_append(written.clone()).await.expect("append");
+            assert!(log.logs.iter().keys().any(|k| k.expect("key").len() == 12), "large entries went in pieces");
+            let mut sled_only = LogStore { tail: Arc::default(), ..log.clone() };
+            for range in [(Bound::Included(2), Bound::Included(6)), (Bound::Excluded(2), Bound::Excluded(6))] {
+                let want: Vec<Entry> = written.iter().filter(|e| range.contains(&e.log_id.index)).cloned().collect();
+                assert_eq!(sled_only.try_get_log_entries(range).await.expect("read"), want, "{range:?}");
+            }
+            log.truncate(large(1, 10, 30).log_id).await.expect("truncate");
+            log.purge(large(1, 4, 24).log_id).await.expect("purge");
+        }
+        let (mut log, _sm, _store) = crate::storage::reopen(dir.path());
+        let all = log.try_get_log_entries(..).await.expect("read");
+        assert_eq!(all, written[4..9].to_vec(), "entries 5 to 9, whole, in order");
+        assert_eq!(log.get_log_state().await.expect("state").last_log_id, Some(written[8].log_id));
+        let first_key = log.logs.first().expect("read").expect("an entry").0;
+        assert_eq!(&first_key[..8], &index_key(5), "the purged entry 4 left no piece behind");
+    }
+
+    #[tokio::test]
+    async fn an_append_cut_short_by_a_crash_leaves_the_entries_before_it() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        {
+            let (mut log, _sm, _store) = open(dir.path()).expect("open");
+            log.blocking_append(mixed(1, 1, 4)).await.expect("append");
+            // What a crash part way through the next append leaves: a prefix of entry 5's pieces.
+            let bytes = encode(&large(1, 5, 40)).expect("encode");
+            let pieces = Chunks::split(5, &bytes);
+            assert!(pieces.len() > 2);
+            for (key, piece) in pieces.into_iter().take(2) {
+                log.logs.insert(key, piece).expect("insert");
+            }
+            log.db.flush().expect("flush");
+            assert_eq!(log.get_log_state().await.expect("state").last_log_id.map(|id| id.index), Some(4));
+        }
+        let (mut log, _sm, _store) = crate::storage::reopen(dir.path());
+        assert_eq!(log.get_log_state().await.expect("state").last_log_id.map(|id| id.index), Some(4));
+        assert_eq!(log.logs.range(index_key(5)..).count(), 0, "the unfinished entry's pieces are removed");
+        log.blocking_append([large(2, 5, 40)]).await.expect("the entry is appended again");
+        assert_eq!(indexes(&log.try_get_log_entries(..).await.expect("read")), vec![1, 2, 3, 4, 5]);
+    }
+
+    #[tokio::test]
+    async fn the_tail_keeps_a_bounded_number_of_bytes() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let (mut log, _sm, _store) = open(dir.path()).expect("open");
+        // 40 entries of 1 MiB: more than the tail's bytes, fewer than its entries.
+        log.blocking_append((1..=40).map(|i| large(1, i, 1024))).await.expect("append");
+        let tail = log.tail.lock();
+        assert!(tail.bytes <= TAIL_BYTES && tail.bytes > TAIL_BYTES / 2, "{} bytes", tail.bytes);
+        assert_eq!(tail.back().map(|e| e.log_id.index), Some(40));
+        assert_eq!(tail.bytes, tail.entries.iter().map(|(_, size)| size).sum::<usize>());
     }
 }
