@@ -7,6 +7,8 @@ use std::sync::atomic::{AtomicBool, Ordering};
 
 use tracing::warn;
 
+use crate::storage::forward::Forward;
+
 /// The tree of the backend, in its database and, before the split, in the member's one database.
 pub(crate) const TREE: &str = "kv";
 /// The file naming the generation in use.
@@ -89,7 +91,7 @@ pub(crate) fn replay(to: &sled::Tree, writes: Vec<Ops>) -> Result<usize, sled::E
 /// as it was at some point of the copy, which replaying the writes made since the start fixes.
 pub(crate) fn copy(from: &sled::Tree, to: &sled::Tree) -> Result<(), sled::Error> {
     let mut batches = Batches::new(to);
-    for item in from.iter() {
+    for item in Forward::from(from, &[]) {
         let (key, value) = item?;
         batches.push(key, Some(value))?;
     }

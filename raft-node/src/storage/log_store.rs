@@ -23,6 +23,7 @@ use parking_lot::Mutex;
 use serde::de::DeserializeOwned;
 use serde::Serialize;
 
+use crate::storage::forward::Forward;
 use crate::storage::{decode, encode};
 use crate::typ::{Entry, LogId, StorageError, TypeConfig, Vote};
 
@@ -207,8 +208,11 @@ impl LogStore {
         let mut entries = Vec::new();
         let mut chunks: Option<Chunks> = None;
         let read_err = |e: sled::Error| StorageError::from(StorageIOError::read_logs(&e));
-        for item in self.logs.range(index_key(start)..index_key(end)) {
+        for item in Forward::from(&self.logs, &index_key(start)) {
             let (key, value) = item.map_err(read_err)?;
+            if key.as_ref() >= &index_key(end)[..] {
+                break;
+            }
             // A whole entry, or the first piece of one, ends the entry read before it.
             if key.len() == 8 || key.get(8..12) == Some(&[0, 0, 0, 0][..]) {
                 if let Some(done) = chunks.take() {
@@ -503,7 +507,9 @@ mod tests {
 
     /// Small and large entries alternating from `from` to `to`, of `term`.
     fn mixed(term: u64, from: u64, to: u64) -> Vec<Entry> {
-        (from..=to).map(|i| if i.is_multiple_of(2) { large(term, i, 20 + i as usize) } else { blank(term, i) }).collect()
+        (from..=to)
+            .map(|i| if i.is_multiple_of(2) { large(term, i, 20 + i as usize) } else { blank(term, i) })
+            .collect()
     }
 
     fn indexes(entries: &[Entry]) -> Vec<u64> {

@@ -46,6 +46,7 @@ use kv_api::{Backend, BackendError, Bucket, WriteBatch};
 use parking_lot::{Mutex, RwLock};
 use tracing::{debug, info};
 
+use crate::storage::forward::Forward;
 use crate::storage::generation::{self, Generation, Ops, TREE};
 
 /// How long a measured size is reused: the quota check asks on every write, and measuring lists files.
@@ -192,9 +193,9 @@ impl Backend for SledBackend {
     /// meanwhile (it keeps that generation's files until then).
     fn scan(&self, bucket: Bucket, visit: &mut dyn FnMut(&[u8], &[u8]) -> bool) -> Result<(), BackendError> {
         let generation = self.generation();
-        for item in generation.tree.scan_prefix([bucket.tag()]) {
+        for item in Forward::from(&generation.tree, &[bucket.tag()]) {
             let (key, value) = item.map_err(backend_error)?;
-            if !visit(&key[1..], &value) {
+            if key.first() != Some(&bucket.tag()) || !visit(&key[1..], &value) {
                 break;
             }
         }
@@ -212,8 +213,8 @@ impl Backend for SledBackend {
         let mut recording = self.writes.lock();
         let generation = self.generation();
         let mut ops: Ops = Vec::new();
-        for key in generation.tree.iter().keys() {
-            ops.push((key.map_err(backend_error)?.to_vec(), None));
+        for item in Forward::from(&generation.tree, &[]) {
+            ops.push((item.map_err(backend_error)?.0.to_vec(), None));
         }
         ops.extend(ops_of(batch));
         Self::apply_in_order(&mut recording, &generation, ops)?;
