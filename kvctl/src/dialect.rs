@@ -3,7 +3,8 @@
 //!
 //! What 3.6 changed that kvctl follows: `version`; `endpoint status` (storage version, DB size in use and
 //! its share, quota, downgrade target and state); `endpoint hashkv` (the hash revision); `defrag` (how long
-//! each member took); `snapshot save` (the server's storage version).
+//! each member took); `snapshot save` (the server's storage version); the fields format (no `"Revision"`
+//! line unless it is positive, and `--hex` IDs); the json format's `member list --hex`.
 
 use std::sync::OnceLock;
 

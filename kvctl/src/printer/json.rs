@@ -38,11 +38,54 @@ pub fn delete_range(resp: &pb::DeleteRangeResponse) -> String {
     obj.finish_line()
 }
 
-pub fn member_list(resp: &pb::MemberListResponse) -> String {
+/// `member list`. With `--hex`, etcdctl 3.6 writes this one by hand instead: see `member_list_hex`.
+/// etcdctl 3.4's json printer ignores `--hex`.
+pub fn member_list(resp: &pb::MemberListResponse, dialect: Dialect, hex: bool) -> String {
+    if hex && dialect == Dialect::V3_6 {
+        return member_list_hex(resp);
+    }
     let mut obj = Object::default();
     header(&mut obj, resp.header.as_ref());
     obj.list("members", resp.members.iter().map(member).collect());
     obj.finish_line()
+}
+
+/// etcdctl 3.6's `printMemberListWithHexJSON`, quirks included: the cluster, member and member IDs
+/// as strings of lower-case hex; the header without its revision but with its raft term even when
+/// 0; no `omitempty` (an empty URL list is Go's nil slice, `null`), no `isLearner`, no `members`
+/// at all when there are none; and each name written between quotes as it is, unescaped. Go reads
+/// a nil header as zeros here too.
+fn member_list_hex(resp: &pb::MemberListResponse) -> String {
+    let h = resp.header.unwrap_or_default();
+    let mut out = format!(
+        "{{\"header\":{{\"cluster_id\":\"{:x}\",\"member_id\":\"{:x}\",\"raft_term\":{}}}",
+        h.cluster_id, h.member_id, h.raft_term
+    );
+    let urls = |urls: &[String]| {
+        if urls.is_empty() {
+            "null".to_string()
+        } else {
+            format!("[{}]", urls.iter().map(|u| go_string(u)).collect::<Vec<_>>().join(","))
+        }
+    };
+    let members = resp
+        .members
+        .iter()
+        .map(|m| {
+            format!(
+                "{{\"ID\":\"{:x}\",\"name\":\"{}\",\"peerURLs\":{},\"clientURLs\":{}}}",
+                m.id,
+                m.name,
+                urls(&m.peer_ur_ls),
+                urls(&m.client_ur_ls)
+            )
+        })
+        .collect::<Vec<_>>();
+    if !members.is_empty() {
+        out.push_str(&format!(",\"members\":[{}]", members.join(",")));
+    }
+    out.push_str("}\n");
+    out
 }
 
 /// `endpoint status`: etcdctl marshals a list of `{Endpoint, Status}` pairs.
@@ -474,6 +517,54 @@ mod tests {
 
     fn header() -> Option<pb::ResponseHeader> {
         Some(pb::ResponseHeader { cluster_id: 14841639068965178418, member_id: 7, revision: 4, raft_term: 2 })
+    }
+
+    #[test]
+    fn member_list_hex_in_36_only() {
+        let started = pb::Member {
+            id: 0x0abc_0000_0000_0001,
+            name: "infra1".into(),
+            peer_ur_ls: vec!["http://127.0.0.1:2380".into()],
+            client_ur_ls: vec!["http://127.0.0.1:2379".into(), "http://a<b".into()],
+            is_learner: true,
+        };
+        let unstarted = pb::Member {
+            id: 10276657743932975437,
+            peer_ur_ls: vec!["http://127.0.0.1:2381".into()],
+            ..Default::default()
+        };
+        let resp = pb::MemberListResponse { header: header(), members: vec![started, unstarted] };
+        let decimal = "{\"header\":{\"cluster_id\":14841639068965178418,\"member_id\":7,\"revision\":4,\"raft_term\":2},\
+                       \"members\":[{\"ID\":773493236000882689,\"name\":\"infra1\",\"peerURLs\":[\"http://127.0.0.1:2380\"],\
+                       \"clientURLs\":[\"http://127.0.0.1:2379\",\"http://a\\u003cb\"],\"isLearner\":true},\
+                       {\"ID\":10276657743932975437,\"peerURLs\":[\"http://127.0.0.1:2381\"]}]}\n";
+        assert_eq!(member_list(&resp, Dialect::V3_6, false), decimal);
+        assert_eq!(member_list(&resp, Dialect::V3_4, false), decimal);
+        assert_eq!(member_list(&resp, Dialect::V3_4, true), decimal);
+        assert_eq!(
+            member_list(&resp, Dialect::V3_6, true),
+            "{\"header\":{\"cluster_id\":\"cdf818194e3a8c32\",\"member_id\":\"7\",\"raft_term\":2},\
+             \"members\":[{\"ID\":\"abc000000000001\",\"name\":\"infra1\",\"peerURLs\":[\"http://127.0.0.1:2380\"],\
+             \"clientURLs\":[\"http://127.0.0.1:2379\",\"http://a\\u003cb\"]},\
+             {\"ID\":\"8e9e05c52164694d\",\"name\":\"\",\"peerURLs\":[\"http://127.0.0.1:2381\"],\"clientURLs\":null}]}\n"
+        );
+        // No members: no `members` key; a zero raft term is still written; a name goes in unescaped.
+        let zero = pb::ResponseHeader { cluster_id: 1, member_id: 0, revision: 9, raft_term: 0 };
+        let empty = pb::MemberListResponse { header: Some(zero), members: vec![] };
+        assert_eq!(
+            member_list(&empty, Dialect::V3_6, true),
+            "{\"header\":{\"cluster_id\":\"1\",\"member_id\":\"0\",\"raft_term\":0}}\n"
+        );
+        assert_eq!(member_list(&empty, Dialect::V3_6, false), "{\"header\":{\"cluster_id\":1,\"revision\":9}}\n");
+        let quoted = pb::MemberListResponse {
+            header: Some(zero),
+            members: vec![pb::Member { id: 1, name: "a\"b".into(), ..Default::default() }],
+        };
+        assert_eq!(
+            member_list(&quoted, Dialect::V3_6, true),
+            "{\"header\":{\"cluster_id\":\"1\",\"member_id\":\"0\",\"raft_term\":0},\
+             \"members\":[{\"ID\":\"1\",\"name\":\"a\"b\",\"peerURLs\":null,\"clientURLs\":null}]}\n"
+        );
     }
 
     #[test]

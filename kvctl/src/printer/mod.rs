@@ -1,4 +1,5 @@
-//! Output formats. Each printer turns a response into the exact bytes etcdctl 3.4 writes to stdout.
+//! Output formats. Each printer turns a response into the exact bytes etcdctl writes to stdout (3.6's,
+//! or 3.4's in that dialect: see `crate::dialect`).
 
 pub mod fields;
 pub mod json;
@@ -71,7 +72,8 @@ impl AuthResponse<'_> {
 #[derive(Debug, Clone, Copy)]
 pub struct Printer {
     pub format: WriteOut,
-    /// `--hex`: keys and values as `\x..` escapes (simple format only, as in etcdctl).
+    /// `--hex`: keys and values as `\x..` escapes in the simple format; in etcdctl 3.6's fields
+    /// format member, cluster and lease IDs in hex, and in its json format `member list` in hex.
     pub hex: bool,
     /// `get --print-value-only`.
     pub value_only: bool,
@@ -83,11 +85,16 @@ impl Printer {
         Printer { format: global.write_out, hex: global.hex, value_only: false }
     }
 
+    /// How the fields format prints here: the process' dialect and `--hex`.
+    fn fields_style(&self) -> fields::Style {
+        fields::Style::new(Dialect::current(), self.hex)
+    }
+
     pub fn get(&self, resp: &pb::RangeResponse) -> Result<String, CliError> {
         match self.format {
             WriteOut::Simple => Ok(simple::get(resp, self.hex, self.value_only)),
             WriteOut::Json => Ok(json::range(resp)),
-            WriteOut::Fields => Ok(fields::get(resp)),
+            WriteOut::Fields => Ok(fields::get(resp, self.fields_style())),
             other => Err(unsupported(other)),
         }
     }
@@ -96,7 +103,7 @@ impl Printer {
         match self.format {
             WriteOut::Simple => Ok(simple::put(resp, self.hex, self.value_only)),
             WriteOut::Json => Ok(json::put(resp)),
-            WriteOut::Fields => Ok(fields::put(resp)),
+            WriteOut::Fields => Ok(fields::put(resp, self.fields_style())),
             other => Err(unsupported(other)),
         }
     }
@@ -105,7 +112,7 @@ impl Printer {
         match self.format {
             WriteOut::Simple => Ok(simple::del(resp, self.hex, self.value_only)),
             WriteOut::Json => Ok(json::delete_range(resp)),
-            WriteOut::Fields => Ok(fields::del(resp)),
+            WriteOut::Fields => Ok(fields::del(resp, self.fields_style())),
             other => Err(unsupported(other)),
         }
     }
@@ -114,7 +121,7 @@ impl Printer {
         match self.format {
             WriteOut::Simple => Ok(simple::txn(resp, self.hex)),
             WriteOut::Json => Ok(json::txn(resp)),
-            WriteOut::Fields => Ok(fields::txn(resp)),
+            WriteOut::Fields => Ok(fields::txn(resp, self.fields_style())),
             other => Err(unsupported(other)),
         }
     }
@@ -123,7 +130,7 @@ impl Printer {
         match self.format {
             WriteOut::Simple => Ok(simple::lease_grant(resp)),
             WriteOut::Json => Ok(json::lease_grant(resp)),
-            WriteOut::Fields => Ok(fields::lease_grant(resp)),
+            WriteOut::Fields => Ok(fields::lease_grant(resp, self.fields_style())),
             other => Err(unsupported(other)),
         }
     }
@@ -133,7 +140,7 @@ impl Printer {
         match self.format {
             WriteOut::Simple => Ok(simple::lease_revoke(id)),
             WriteOut::Json => Ok(json::lease_revoke(resp)),
-            WriteOut::Fields => Ok(fields::lease_revoke(resp)),
+            WriteOut::Fields => Ok(fields::lease_revoke(resp, self.fields_style())),
             other => Err(unsupported(other)),
         }
     }
@@ -142,7 +149,7 @@ impl Printer {
         match self.format {
             WriteOut::Simple => Ok(simple::lease_keep_alive(resp)),
             WriteOut::Json => Ok(json::lease_keep_alive(resp)),
-            WriteOut::Fields => Ok(fields::lease_keep_alive(resp)),
+            WriteOut::Fields => Ok(fields::lease_keep_alive(resp, self.fields_style())),
             other => Err(unsupported(other)),
         }
     }
@@ -152,7 +159,7 @@ impl Printer {
         match self.format {
             WriteOut::Simple => Ok(simple::lease_time_to_live(resp, keys)),
             WriteOut::Json => Ok(json::lease_time_to_live(resp)),
-            WriteOut::Fields => Ok(fields::lease_time_to_live(resp)),
+            WriteOut::Fields => Ok(fields::lease_time_to_live(resp, self.fields_style())),
             other => Err(unsupported(other)),
         }
     }
@@ -161,7 +168,7 @@ impl Printer {
         match self.format {
             WriteOut::Simple => Ok(simple::lease_leases(resp)),
             WriteOut::Json => Ok(json::lease_leases(resp)),
-            WriteOut::Fields => Ok(fields::lease_leases(resp)),
+            WriteOut::Fields => Ok(fields::lease_leases(resp, self.fields_style())),
             other => Err(unsupported(other)),
         }
     }
@@ -169,8 +176,8 @@ impl Printer {
     pub fn member_list(&self, resp: &pb::MemberListResponse) -> Result<String, CliError> {
         match self.format {
             WriteOut::Simple => Ok(table::simple(&table::member_list(resp))),
-            WriteOut::Json => Ok(json::member_list(resp)),
-            WriteOut::Fields => Ok(fields::member_list(resp)),
+            WriteOut::Json => Ok(json::member_list(resp, Dialect::current(), self.hex)),
+            WriteOut::Fields => Ok(fields::member_list(resp, self.fields_style())),
             WriteOut::Table => Ok(table::render(&table::member_list(resp))),
             WriteOut::Protobuf => Err(unsupported(self.format)),
         }
@@ -180,7 +187,7 @@ impl Printer {
         match self.format {
             WriteOut::Simple => Ok(table::simple(&table::endpoint_status(statuses, Dialect::current()))),
             WriteOut::Json => Ok(json::endpoint_status(statuses, Dialect::current())),
-            WriteOut::Fields => Ok(fields::endpoint_status(statuses, Dialect::current())),
+            WriteOut::Fields => Ok(fields::endpoint_status(statuses, self.fields_style())),
             WriteOut::Table => Ok(table::render(&table::endpoint_status(statuses, Dialect::current()))),
             WriteOut::Protobuf => Err(unsupported(self.format)),
         }
@@ -190,7 +197,7 @@ impl Printer {
         match self.format {
             WriteOut::Simple => Ok(table::simple(&table::endpoint_hashkv(hashes, Dialect::current()))),
             WriteOut::Json => Ok(json::endpoint_hashkv(hashes, Dialect::current())),
-            WriteOut::Fields => Ok(fields::endpoint_hashkv(hashes, Dialect::current())),
+            WriteOut::Fields => Ok(fields::endpoint_hashkv(hashes, self.fields_style())),
             WriteOut::Table => Ok(table::render(&table::endpoint_hashkv(hashes, Dialect::current()))),
             WriteOut::Protobuf => Err(unsupported(self.format)),
         }
@@ -246,7 +253,7 @@ impl Printer {
         match self.format {
             WriteOut::Simple => Ok(simple::alarm(resp)),
             WriteOut::Json => Ok(json::alarm(resp)),
-            WriteOut::Fields => Ok(fields::alarm(resp)),
+            WriteOut::Fields => Ok(fields::alarm(resp, self.fields_style())),
             other => Err(unsupported(other)),
         }
     }
@@ -256,7 +263,7 @@ impl Printer {
         match self.format {
             WriteOut::Simple => Ok(simple::watch(resp, self.hex)),
             WriteOut::Json => Ok(json::watch(resp)),
-            WriteOut::Fields => Ok(fields::watch(resp)),
+            WriteOut::Fields => Ok(fields::watch(resp, self.fields_style())),
             other => Err(unsupported(other)),
         }
     }
@@ -267,7 +274,9 @@ impl Printer {
         match self.format {
             WriteOut::Simple => Ok(simple::auth(resp)),
             WriteOut::Json => Ok(json::auth(resp).into_bytes()),
-            WriteOut::Fields => fields::auth(resp).map(String::into_bytes).ok_or_else(|| unsupported(self.format)),
+            WriteOut::Fields => {
+                fields::auth(resp, self.fields_style()).map(String::into_bytes).ok_or_else(|| unsupported(self.format))
+            }
             WriteOut::Protobuf => Ok(protobuf::auth(resp)),
             WriteOut::Table => Err(unsupported(self.format)),
         }

@@ -219,7 +219,8 @@ mod tests {
             json.contains(",\"storageVersion\":\"3.6.0\",\"dbSizeQuota\":2147483648,\"downgradeInfo\":{}}"),
             "{json}"
         );
-        let fields = super::super::fields::endpoint_status(&statuses, Dialect::V3_6);
+        let fields =
+            super::super::fields::endpoint_status(&statuses, super::super::fields::Style::new(Dialect::V3_6, false));
         assert!(fields.contains("\"StorageVersion\" : \"3.6.0\"\n\"DBSize\" : 20480\n\"DBSizeInUse\" : 16384\n\"DBSizeQuota\" : 2147483648\n"), "{fields}");
         assert!(fields.ends_with("\"DowngradeTargetVersion\" : \"\"\n\"DowngradeEnabled\" : false\n\n"), "{fields}");
     }

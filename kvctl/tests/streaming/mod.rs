@@ -30,10 +30,12 @@ pub struct Finished {
 }
 
 impl Streaming {
-    /// Starts `program --endpoints=<endpoint> <args>` with `env` added and stdin piped.
+    /// Starts `program --endpoints=<endpoint> <args>` with `env` added and stdin piped. kvctl speaks
+    /// etcdctl 3.4 here, as in `common::run`: the reference is Debian's etcdctl 3.4.23.
     pub fn spawn(program: &str, endpoint: &str, args: &[&str], env: &[(&str, &str)]) -> Streaming {
         let mut child = Command::new(program)
             .env("ETCDCTL_API", "3")
+            .env("KVCTL_ETCDCTL_VERSION", "3.4")
             .env_remove("ETCDCTL_ENDPOINTS")
             .envs(env.iter().copied())
             .arg(format!("--endpoints={endpoint}"))
