@@ -7,7 +7,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 
 use tracing::warn;
 
-use crate::storage::forward::Forward;
+use crate::storage::scan::Forward;
 
 /// The tree of the backend, in its database and, before the split, in the member's one database.
 pub(crate) const TREE: &str = "kv";

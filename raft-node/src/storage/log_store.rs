@@ -23,7 +23,7 @@ use parking_lot::Mutex;
 use serde::de::DeserializeOwned;
 use serde::Serialize;
 
-use crate::storage::forward::Forward;
+use crate::storage::scan::Forward;
 use crate::storage::{decode, encode};
 use crate::typ::{Entry, LogId, StorageError, TypeConfig, Vote};
 

@@ -6,7 +6,7 @@
 //! - [`sled_backend`]: [`SledBackend`], the [`kv_api::Backend`] under the MVCC store, in a database of
 //!   its own so that it can be defragmented (rebuilt into a fresh database) while the log keeps going.
 //! - [`generation`]: the store database's generations, `CURRENT`, and copying a tree into the next one.
-//! - [`forward`]: reading a tree in key order without sled's iterators (which keep what they read).
+//! - [`scan`]: reading a tree in key order without sled's iterators (which keep what they read).
 //! - [`log_store`]: [`LogStore`], the Raft log (tree `logs`), vote, committed and purged ids (`raft_state`).
 //! - [`state_machine`]: [`StateMachine`], applying committed entries to the MVCC store, and snapshots.
 //! - [`snapshot`]: the snapshot format (one place for its encoding) and the current snapshot (`snapshot`).
@@ -46,9 +46,9 @@ use serde::Serialize;
 use crate::typ::StorageError;
 
 pub mod force_new_cluster;
-pub(crate) mod forward;
 pub(crate) mod generation;
 pub mod log_store;
+pub(crate) mod scan;
 pub mod sled_backend;
 pub mod snapshot;
 pub mod snapshot_file;

@@ -46,8 +46,8 @@ use kv_api::{Backend, BackendError, Bucket, WriteBatch};
 use parking_lot::{Mutex, RwLock};
 use tracing::{debug, info};
 
-use crate::storage::forward::Forward;
 use crate::storage::generation::{self, Generation, Ops, TREE};
+use crate::storage::scan::Forward;
 
 /// How long a measured size is reused: the quota check asks on every write, and measuring lists files.
 const SIZE_TTL: Duration = Duration::from_millis(100);
