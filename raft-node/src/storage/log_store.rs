@@ -146,8 +146,9 @@ impl Chunks {
 
     /// Takes the piece under `key` (12 bytes); a piece of another entry, or out of order, is an error.
     fn push(&mut self, key: &[u8], value: &[u8]) -> Result<(), StorageError> {
-        let index = u64::from_be_bytes(key[..8].try_into().map_err(|_| corrupt_log("a short piece key"))?);
-        let piece = u32::from_be_bytes(key[8..12].try_into().map_err(|_| corrupt_log("a short piece key"))?);
+        let index = index_of(key)?;
+        let piece = key.get(8..12).and_then(|b| b.try_into().ok()).map(u32::from_be_bytes);
+        let piece = piece.ok_or_else(|| corrupt_log("a short piece key"))?;
         if piece == 0 {
             let count = value.get(..4).ok_or_else(|| corrupt_log("a first piece without its count"))?;
             *self = Chunks {
@@ -170,6 +171,12 @@ impl Chunks {
     fn finish(self) -> Option<(u64, Vec<u8>)> {
         (self.got > 0 && self.got == self.expected).then_some((self.index, self.bytes))
     }
+}
+
+/// The index a key of the tree `logs` belongs to (its first 8 bytes).
+fn index_of(key: &[u8]) -> Result<u64, StorageError> {
+    let index = key.get(..8).and_then(|b| b.try_into().ok()).map(u64::from_be_bytes);
+    index.ok_or_else(|| corrupt_log("a key shorter than an index"))
 }
 
 fn corrupt_log(what: &str) -> StorageError {
@@ -195,7 +202,7 @@ impl LogStore {
         if key.len() != 12 {
             return Ok(());
         }
-        let index = u64::from_be_bytes(key[..8].try_into().map_err(|_| corrupt_log("a short piece key"))?);
+        let index = index_of(&key)?;
         if self.read_range(index, index + 1)?.is_empty() {
             tracing::warn!(index, "removing a Raft log entry whose append was cut short");
             self.remove_range(index_key(index)..index_key(index + 1), End::Tail)?;
@@ -286,7 +293,7 @@ impl LogStore {
             match last.map_err(|e| StorageIOError::read_logs(&e))? {
                 Some((key, bytes)) if key.len() == 8 => return Ok(Some(Self::decode_entry(&key, &bytes)?.log_id)),
                 Some((key, _)) => {
-                    let index = u64::from_be_bytes(key[..8].try_into().map_err(|_| corrupt_log("a short piece key"))?);
+                    let index = index_of(&key)?;
                     match self.read_range(index, index + 1)?.pop() {
                         Some(entry) => return Ok(Some(entry.log_id)),
                         None if below.is_none() => below = Some(index),
@@ -650,5 +657,15 @@ mod tests {
         assert!(tail.bytes <= TAIL_BYTES && tail.bytes > TAIL_BYTES / 2, "{} bytes", tail.bytes);
         assert_eq!(tail.back().map(|e| e.log_id.index), Some(40));
         assert_eq!(tail.bytes, tail.entries.iter().map(|(_, size)| size).sum::<usize>());
+    }
+
+    #[tokio::test]
+    async fn a_key_that_names_no_entry_is_an_error_not_a_panic() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let (mut log, _sm, _store) = open(dir.path()).expect("open");
+        log.blocking_append(mixed(1, 1, 2)).await.expect("append");
+        log.logs.insert([1u8, 2, 3], &b"junk"[..]).expect("insert");
+        let err = log.get_log_state().await.expect_err("refused");
+        assert!(err.to_string().contains("a key shorter than an index"), "{err}");
     }
 }
