@@ -270,6 +270,8 @@ fn delete(shared: &Shared, job: Job) {
             }
         }
     }
+    crate::stats::COMPACTION_DURATIONS.observe(started.elapsed());
+    crate::stats::COMPACTED_KEYS.fetch_add(job.freed.len() as u64, Ordering::Relaxed);
     info!(
         revision = job.revision,
         deleted = job.freed.len(),

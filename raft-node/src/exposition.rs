@@ -80,14 +80,24 @@ impl Exposition {
     }
 
     pub(crate) fn histograms(&mut self, name: &'static str, help: &str, series: &[(Labels<'_>, &Histogram)]) {
+        let series: Vec<_> = series.iter().map(|(labels, histogram)| (*labels, histogram.cumulative())).collect();
+        self.cumulative_histograms(name, help, &series);
+    }
+
+    /// Histograms given as (upper bound, cumulative count) per bucket, `+Inf` last, and their sums.
+    pub(crate) fn cumulative_histograms(
+        &mut self,
+        name: &'static str,
+        help: &str,
+        series: &[(Labels<'_>, (Vec<(f64, u64)>, f64))],
+    ) {
         let text = self.family(name, help, "histogram");
         let (bucket, sum, count) = (format!("{name}_bucket"), format!("{name}_sum"), format!("{name}_count"));
-        for (labels, histogram) in series {
-            let (buckets, total) = histogram.cumulative();
-            for (bound, cumulative) in &buckets {
+        for (labels, (buckets, total)) in series {
+            for (bound, cumulative) in buckets {
                 sample(text, &bucket, labels, Some(&go_float(*bound)), *cumulative as f64);
             }
-            sample(text, &sum, labels, None, total);
+            sample(text, &sum, labels, None, *total);
             let observations = buckets.last().map_or(0, |(_, c)| *c);
             sample(text, &count, labels, None, observations as f64);
         }

@@ -350,6 +350,17 @@ pub fn render(view: &MemberView) -> String {
         out.labelled(name, help, GAUGE, &[(&[(label, value)], 1.0)]);
     }
 
+    out.cumulative_histograms(
+        "etcd_debugging_mvcc_db_compaction_total_duration_milliseconds",
+        "Bucketed histogram of db compaction total duration.",
+        &[(&[], stats::COMPACTION_DURATIONS.cumulative())],
+    );
+    out.labelled(
+        "etcd_debugging_mvcc_db_compaction_keys_total",
+        "Total number of db keys compacted.",
+        COUNTER,
+        &[(&[], stats::read(&stats::COMPACTED_KEYS) as f64)],
+    );
     out.histograms(
         "etcd_disk_wal_fsync_duration_seconds",
         "The latency distributions of fsync called by WAL.",
