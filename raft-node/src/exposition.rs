@@ -6,6 +6,9 @@ use std::fmt::Write as _;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
+/// A histogram as written: (upper bound, cumulative count) per bucket, `+Inf` last; and the sum.
+pub(crate) type Cumulative = (Vec<(f64, u64)>, f64);
+
 /// A Prometheus histogram: cumulative buckets are computed at scrape time from per-bucket counts.
 pub struct Histogram {
     pub(crate) bounds: Vec<f64>,
@@ -38,7 +41,7 @@ impl Histogram {
     }
 
     /// (upper bound, cumulative count) per bucket, `+Inf` last; and the sum.
-    pub(crate) fn cumulative(&self) -> (Vec<(f64, u64)>, f64) {
+    pub(crate) fn cumulative(&self) -> Cumulative {
         let mut total = 0;
         let bounds = self.bounds.iter().copied().chain([f64::INFINITY]);
         let buckets = bounds
@@ -89,7 +92,7 @@ impl Exposition {
         &mut self,
         name: &'static str,
         help: &str,
-        series: &[(Labels<'_>, (Vec<(f64, u64)>, f64))],
+        series: &[(Labels<'_>, Cumulative)],
     ) {
         let text = self.family(name, help, "histogram");
         let (bucket, sum, count) = (format!("{name}_bucket"), format!("{name}_sum"), format!("{name}_count"));
