@@ -1,59 +1,9 @@
 //! Prometheus' text exposition format, as Go's client writes it: metric families sorted by name, HELP and
 //! TYPE lines, samples with labels, histograms with cumulative buckets, floats as Go formats them.
 
+pub use kv_api::stats::Histogram;
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::time::Duration;
-
-/// A histogram as written: (upper bound, cumulative count) per bucket, `+Inf` last; and the sum.
-pub(crate) type Cumulative = (Vec<(f64, u64)>, f64);
-
-/// A Prometheus histogram: cumulative buckets are computed at scrape time from per-bucket counts.
-pub struct Histogram {
-    pub(crate) bounds: Vec<f64>,
-    /// One count per bound, plus the `+Inf` bucket.
-    counts: Vec<AtomicU64>,
-    /// The sum of observations, an `f64` kept as bits.
-    sum: AtomicU64,
-}
-
-impl Histogram {
-    /// `n` buckets from `start`, each `factor` times the last, as Go's `prometheus.ExponentialBuckets`.
-    pub(crate) fn exponential(start: f64, factor: f64, n: usize) -> Self {
-        let mut bounds = Vec::with_capacity(n);
-        let mut bound = start;
-        for _ in 0..n {
-            bounds.push(bound);
-            bound *= factor;
-        }
-        let counts = (0..=n).map(|_| AtomicU64::new(0)).collect();
-        Histogram { bounds, counts, sum: AtomicU64::new(0f64.to_bits()) }
-    }
-
-    pub fn observe(&self, elapsed: Duration) {
-        let secs = elapsed.as_secs_f64();
-        let bucket = self.bounds.iter().position(|&b| secs <= b).unwrap_or(self.bounds.len());
-        self.counts[bucket].fetch_add(1, Ordering::Relaxed);
-        let _ = self
-            .sum
-            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |bits| Some((f64::from_bits(bits) + secs).to_bits()));
-    }
-
-    /// (upper bound, cumulative count) per bucket, `+Inf` last; and the sum.
-    pub(crate) fn cumulative(&self) -> Cumulative {
-        let mut total = 0;
-        let bounds = self.bounds.iter().copied().chain([f64::INFINITY]);
-        let buckets = bounds
-            .zip(&self.counts)
-            .map(|(bound, count)| {
-                total += count.load(Ordering::Relaxed);
-                (bound, total)
-            })
-            .collect();
-        (buckets, f64::from_bits(self.sum.load(Ordering::Relaxed)))
-    }
-}
 
 pub(crate) const GAUGE: &str = "gauge";
 pub(crate) const COUNTER: &str = "counter";
@@ -83,24 +33,14 @@ impl Exposition {
     }
 
     pub(crate) fn histograms(&mut self, name: &'static str, help: &str, series: &[(Labels<'_>, &Histogram)]) {
-        let series: Vec<_> = series.iter().map(|(labels, histogram)| (*labels, histogram.cumulative())).collect();
-        self.cumulative_histograms(name, help, &series);
-    }
-
-    /// Histograms given as (upper bound, cumulative count) per bucket, `+Inf` last, and their sums.
-    pub(crate) fn cumulative_histograms(
-        &mut self,
-        name: &'static str,
-        help: &str,
-        series: &[(Labels<'_>, Cumulative)],
-    ) {
         let text = self.family(name, help, "histogram");
         let (bucket, sum, count) = (format!("{name}_bucket"), format!("{name}_sum"), format!("{name}_count"));
-        for (labels, (buckets, total)) in series {
-            for (bound, cumulative) in buckets {
+        for (labels, histogram) in series {
+            let (buckets, total) = histogram.cumulative();
+            for (bound, cumulative) in &buckets {
                 sample(text, &bucket, labels, Some(&go_float(*bound)), *cumulative as f64);
             }
-            sample(text, &sum, labels, None, *total);
+            sample(text, &sum, labels, None, total);
             let observations = buckets.last().map_or(0, |(_, c)| *c);
             sample(text, &count, labels, None, observations as f64);
         }

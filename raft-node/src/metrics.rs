@@ -47,8 +47,8 @@ struct HealthCheckCount {
 pub fn metrics() -> &'static Metrics {
     static METRICS: LazyLock<Metrics> = LazyLock::new(|| Metrics {
         // etcd: prometheus.ExponentialBuckets(0.001, 2, 14), 1 ms to 8 s.
-        wal_fsync: Histogram::exponential(0.001, 2.0, 14),
-        backend_commit: Histogram::exponential(0.001, 2.0, 14),
+        wal_fsync: Histogram::seconds(0.001, 2.0, 14),
+        backend_commit: Histogram::seconds(0.001, 2.0, 14),
         peer_rtt: Mutex::default(),
         leader_changes: AtomicU64::new(0),
         proposals_committed: AtomicU64::new(0),
@@ -108,7 +108,7 @@ impl Metrics {
 
     /// The round-trip histogram to peer `id` (etcd: 0.1 ms to 3.3 s, `ExponentialBuckets(0.0001, 2, 16)`).
     pub fn peer_rtt(&self, id: u64) -> Arc<Histogram> {
-        self.peer_rtt.lock().entry(id).or_insert_with(|| Arc::new(Histogram::exponential(0.0001, 2.0, 16))).clone()
+        self.peer_rtt.lock().entry(id).or_insert_with(|| Arc::new(Histogram::seconds(0.0001, 2.0, 16))).clone()
     }
 }
 
@@ -350,10 +350,10 @@ pub fn render(view: &MemberView) -> String {
         out.labelled(name, help, GAUGE, &[(&[(label, value)], 1.0)]);
     }
 
-    out.cumulative_histograms(
+    out.histograms(
         "etcd_debugging_mvcc_db_compaction_total_duration_milliseconds",
         "Bucketed histogram of db compaction total duration.",
-        &[(&[], stats::COMPACTION_DURATIONS.cumulative())],
+        &[(&[], &stats::COMPACTION_DURATIONS)],
     );
     out.labelled(
         "etcd_debugging_mvcc_db_compaction_keys_total",
@@ -431,17 +431,18 @@ mod tests {
 
     #[test]
     fn exponential_buckets_match_etcds_bounds() {
-        let rtt = Histogram::exponential(0.0001, 2.0, 16);
-        let bounds: Vec<String> = rtt.bounds.iter().map(|b| go_float(*b)).collect();
-        assert_eq!(bounds.first().map(String::as_str), Some("0.0001"));
-        assert_eq!(bounds.last().map(String::as_str), Some("3.2768"));
-        let fsync = Histogram::exponential(0.001, 2.0, 14);
-        assert_eq!(fsync.bounds.last().map(|b| go_float(*b)).as_deref(), Some("8.192"));
+        // The bounds as written, `+Inf` last.
+        let bounds = |h: &Histogram| -> Vec<String> { h.cumulative().0.iter().map(|(b, _)| go_float(*b)).collect() };
+        let rtt = bounds(&Histogram::seconds(0.0001, 2.0, 16));
+        assert_eq!(rtt.first().map(String::as_str), Some("0.0001"));
+        assert_eq!(rtt[rtt.len() - 2], "3.2768");
+        let fsync = bounds(&Histogram::seconds(0.001, 2.0, 14));
+        assert_eq!((fsync[fsync.len() - 2].as_str(), fsync.last().map(String::as_str)), ("8.192", Some("+Inf")));
     }
 
     #[test]
     fn histogram_buckets_are_cumulative() {
-        let h = Histogram::exponential(0.25, 2.0, 3);
+        let h = Histogram::seconds(0.25, 2.0, 3);
         for ms in [0, 250, 750, 4000] {
             h.observe(Duration::from_millis(ms));
         }
