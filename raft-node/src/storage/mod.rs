@@ -7,6 +7,7 @@
 //!   its own so that it can be defragmented (rebuilt into a fresh database) while the log keeps going.
 //! - [`generation`]: the store database's generations, `CURRENT`, and copying a tree into the next one.
 //! - [`scan`]: reading a tree in key order without sled's iterators (which keep what they read).
+//! - [`log_pieces`]: how the log store keeps an entry too large for one sled value.
 //! - [`log_store`]: [`LogStore`], the Raft log (tree `logs`), vote, committed and purged ids (`raft_state`).
 //! - [`state_machine`]: [`StateMachine`], applying committed entries to the MVCC store, and snapshots.
 //! - [`snapshot`]: the snapshot format (one place for its encoding) and the current snapshot (`snapshot`).
@@ -47,6 +48,7 @@ use crate::typ::StorageError;
 
 pub mod force_new_cluster;
 pub(crate) mod generation;
+pub(crate) mod log_pieces;
 pub mod log_store;
 pub(crate) mod scan;
 pub mod sled_backend;
