@@ -204,7 +204,10 @@ pub async fn refusal_reason(
     let (code, message) = match credential {
         Credential::NoToken => USER_EMPTY,
         Credential::Garbage => INVALID_TOKEN,
-        Credential::Token => return probed_reason(create, channel, token, timeout).await,
+        Credential::Token => {
+            let refused = probe_status(create, channel, token, timeout).await;
+            return refused.map(|(code, message)| reason_for(code, &message));
+        }
     };
     Some(grpc_error_text(code, message))
 }
@@ -228,17 +231,6 @@ pub async fn from_key_reason(
 fn auth_cause(code: Code, message: &str) -> Option<String> {
     let cause = (code, message);
     (cause == PERMISSION_DENIED || NAMED_CAUSES.contains(&cause)).then(|| reason_for(code, message))
-}
-
-/// The cause etcd's serializable Range over the watched keys, with `token`, refuses for.
-async fn probed_reason(
-    create: &WatchCreate,
-    channel: &Channel,
-    token: Option<&str>,
-    timeout: Duration,
-) -> Option<String> {
-    let (code, message) = probe_status(create, channel, token, timeout).await?;
-    Some(reason_for(code, &message))
 }
 
 /// The status etcd refuses a serializable count-only Range over the watched keys (`range_end` as sent)
