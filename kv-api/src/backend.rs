@@ -70,6 +70,9 @@ impl WriteBatch {
     }
 }
 
+/// One entry of a bucket: what a snapshot holds, entry by entry.
+pub type Record = (Bucket, Vec<u8>, Vec<u8>);
+
 /// A backend failure (disk I/O, corruption): never caused by a client request.
 #[derive(Debug, thiserror::Error)]
 #[error("backend: {0}")]
@@ -85,8 +88,10 @@ pub trait Backend: Send + Sync + 'static {
     /// Applies every change of `batch`, all or nothing.
     fn write(&self, batch: WriteBatch) -> Result<(), BackendError>;
 
-    /// Replaces the whole content of every bucket with `batch`, all or nothing (snapshot install).
-    fn replace_all(&self, batch: WriteBatch) -> Result<(), BackendError>;
+    /// Replaces the whole content of every bucket with `content`, all or nothing (snapshot install).
+    /// `content` is read as it is written, so a snapshot larger than memory can be installed; an error
+    /// it yields leaves the old content in place.
+    fn replace_all(&self, content: &mut dyn Iterator<Item = Result<Record, BackendError>>) -> Result<(), BackendError>;
 
     /// Makes every write so far durable (a persistent backend may otherwise persist them a little later).
     fn sync(&self) -> Result<(), BackendError> {
@@ -146,10 +151,13 @@ impl Backend for MemBackend {
         Ok(())
     }
 
-    fn replace_all(&self, batch: WriteBatch) -> Result<(), BackendError> {
-        let mut map = self.buckets.write();
-        map.clear();
-        Self::apply(&mut map, batch);
+    fn replace_all(&self, content: &mut dyn Iterator<Item = Result<Record, BackendError>>) -> Result<(), BackendError> {
+        let mut next = BTreeMap::new();
+        for item in content {
+            let (bucket, key, value) = item?;
+            next.insert((bucket, key), value);
+        }
+        *self.buckets.write() = next;
         Ok(())
     }
 

@@ -48,7 +48,7 @@ pub mod store;
 pub mod validate;
 pub mod watch;
 
-pub use backend::{Backend, BackendError, Bucket, MemBackend, WriteBatch};
+pub use backend::{Backend, BackendError, Bucket, MemBackend, Record, WriteBatch};
 pub use command::{Command, CommandResponse};
 pub use consensus::{Consensus, RaftStatus};
 pub use error::{Error, Result};

@@ -1,7 +1,6 @@
 //! The one openraft type configuration of a member, and short aliases for openraft's generic types.
 
 use std::fmt;
-use std::io::Cursor;
 use std::sync::Arc;
 
 use kv_api::{Command, CommandResponse};
@@ -38,7 +37,7 @@ openraft::declare_raft_types!(
         NodeId = u64,
         Node = MemberNode,
         Entry = openraft::Entry<TypeConfig>,
-        SnapshotData = Cursor<Vec<u8>>,
+        SnapshotData = crate::storage::snapshot::SnapshotFile,
         AsyncRuntime = openraft::TokioRuntime,
 );
 

@@ -23,7 +23,7 @@ use proto::mvccpb::{Event, KeyValue};
 
 use crate::alarm::{self, AlarmTable};
 use crate::auth::AuthStore;
-use crate::backend::{try_scan, Backend, BackendError, Bucket, WriteBatch};
+use crate::backend::{try_scan, Backend, BackendError, Bucket, Record, WriteBatch};
 use crate::compactor::{CompactionConfig, Compactor, META_FINISHED_COMPACT_REV};
 use crate::error::{Error, Result};
 use crate::index::{KeyRange, TreeIndex};
@@ -429,26 +429,36 @@ impl MvccStore {
     /// Every committed entry of every bucket: the content of a snapshot. Freed revisions the compactor
     /// has not deleted yet are part of it (loading it deletes them); pause the compactor meanwhile for
     /// one consistent state.
-    pub fn export(&self) -> Result<Vec<(Bucket, Vec<u8>, Vec<u8>)>> {
+    pub fn export(&self) -> Result<Vec<Record>> {
         let mut out = Vec::new();
-        for bucket in Bucket::ALL {
-            self.backend.scan(bucket, &mut |k, v| {
-                out.push((bucket, k.to_vec(), v.to_vec()));
-                true
-            })?;
-        }
+        self.export_each(|bucket, key, value| {
+            out.push((bucket, key.to_vec(), value.to_vec()));
+            Ok(())
+        })?;
         Ok(out)
     }
 
-    /// Replaces the whole store with a snapshot's content (from [`MvccStore::export`]).
-    pub fn install(&mut self, entries: Vec<(Bucket, Vec<u8>, Vec<u8>)>) -> Result<()> {
-        let mut batch = WriteBatch::default();
-        for (bucket, key, value) in entries {
-            batch.put(bucket, key, value);
+    /// [`MvccStore::export`], an entry at a time: nothing of it is held in memory here.
+    pub fn export_each(&self, mut visit: impl FnMut(Bucket, &[u8], &[u8]) -> Result<()>) -> Result<()> {
+        for bucket in Bucket::ALL {
+            try_scan(&*self.backend, bucket, |key, value| visit(bucket, key, value))?;
         }
+        Ok(())
+    }
+
+    /// Replaces the whole store with a snapshot's content (from [`MvccStore::export`]).
+    pub fn install(&mut self, entries: Vec<Record>) -> Result<()> {
+        self.install_from(&mut entries.into_iter().map(Ok))
+    }
+
+    /// [`MvccStore::install`] from entries read as they are installed (a snapshot larger than memory).
+    pub fn install_from(
+        &mut self,
+        content: &mut dyn Iterator<Item = std::result::Result<Record, BackendError>>,
+    ) -> Result<()> {
         {
             let mut paused = self.compactor.pause();
-            self.backend.replace_all(batch)?;
+            self.backend.replace_all(content)?;
             self.compactor.reset(&mut paused);
         }
         self.load()

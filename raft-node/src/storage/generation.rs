@@ -100,7 +100,7 @@ pub(crate) fn copy(from: &sled::Tree, to: &sled::Tree) -> Result<(), sled::Error
 
 /// Writes to a tree in sled batches of at most [`COPY_BATCH`] entries and about [`COPY_BATCH_BYTES`],
 /// in order (a later op on a key overrides an earlier one).
-struct Batches<'a> {
+pub(crate) struct Batches<'a> {
     to: &'a sled::Tree,
     batch: sled::Batch,
     entries: usize,
@@ -109,11 +109,15 @@ struct Batches<'a> {
 }
 
 impl<'a> Batches<'a> {
-    fn new(to: &'a sled::Tree) -> Self {
+    pub(crate) fn new(to: &'a sled::Tree) -> Self {
         Self { to, batch: sled::Batch::default(), entries: 0, bytes: 0, total: 0 }
     }
 
-    fn push(&mut self, key: impl Into<sled::IVec>, value: Option<impl Into<sled::IVec>>) -> Result<(), sled::Error> {
+    pub(crate) fn push(
+        &mut self,
+        key: impl Into<sled::IVec>,
+        value: Option<impl Into<sled::IVec>>,
+    ) -> Result<(), sled::Error> {
         let key = key.into();
         self.bytes += key.len();
         match value {
@@ -141,7 +145,7 @@ impl<'a> Batches<'a> {
     }
 
     /// Writes what is left; returns how many ops were written in all.
-    fn finish(mut self) -> Result<usize, sled::Error> {
+    pub(crate) fn finish(mut self) -> Result<usize, sled::Error> {
         self.write()?;
         Ok(self.total)
     }

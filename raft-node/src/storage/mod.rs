@@ -1,5 +1,5 @@
-//! Durable state of a member: the Raft log's sled database (`member/db`) and the MVCC store's
-//! (`member/db.kv`).
+//! Durable state of a member: the Raft log's sled database (`member/db`), the MVCC store's
+//! (`member/db.kv`) and the snapshot files (`member/db.snap`).
 //!
 //! # Layout
 //!
@@ -10,7 +10,8 @@
 //! - [`log_pieces`]: how the log store keeps an entry too large for one sled value.
 //! - [`log_store`]: [`LogStore`], the Raft log (tree `logs`), vote, committed and purged ids (`raft_state`).
 //! - [`state_machine`]: [`StateMachine`], applying committed entries to the MVCC store, and snapshots.
-//! - [`snapshot`]: the snapshot format (one place for its encoding) and the current snapshot (`snapshot`).
+//! - [`snapshot`]: the snapshot format, read and written an entry at a time (one place for its encoding).
+//! - [`current_snapshot`]: the current snapshot, a file in `member/db.snap` named in the tree `snapshot`.
 //! - [`snapshot_file`]: the snapshot file of `Maintenance.Snapshot` and `snapshot save|status|restore`.
 //!
 //! # Why nothing acknowledged is lost
@@ -46,6 +47,7 @@ use serde::Serialize;
 
 use crate::typ::StorageError;
 
+pub mod current_snapshot;
 pub mod force_new_cluster;
 pub(crate) mod generation;
 pub(crate) mod log_pieces;
@@ -84,7 +86,7 @@ pub fn open_split(log_dir: &Path, dir: &Path) -> Result<(LogStore, StateMachine,
     let store = MvccStore::open(Arc::new(backend)).map_err(|e| StorageIOError::read_state_machine(&e))?;
     let store: SharedStore = Arc::new(RwLock::new(store));
     let log_store = LogStore::open(&db)?;
-    let state_machine = StateMachine::open(&db, store.clone())?;
+    let state_machine = StateMachine::open(&db, store.clone(), &dir.with_extension("snap"))?;
     Ok((log_store, state_machine, store))
 }
 
@@ -111,7 +113,7 @@ pub(crate) fn reopen(dir: &Path) -> (LogStore, StateMachine, SharedStore) {
 }
 
 /// The one binary encoding of everything this module stores: bincode 2, standard configuration.
-fn bincode_config() -> bincode::config::Configuration {
+pub(crate) fn bincode_config() -> bincode::config::Configuration {
     bincode::config::standard()
 }
 

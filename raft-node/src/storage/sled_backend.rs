@@ -32,7 +32,7 @@
 //! Writes are sled batches, atomic across a crash; data and the applied log id go in the same batch.
 //! sled's flusher makes them durable within half a second, [`Backend::sync`] at once: the state
 //! machine syncs before a snapshot lets openraft purge the log, and [`Backend::replace_all`] (snapshot
-//! install) syncs before it returns. A crash loses at most the writes since the last flush, which a
+//! install, into a new generation) flushes before it switches. A crash loses at most the writes since the last flush, which a
 //! restart applies again from the log. The store is never behind the log's purge point, and when it is
 //! ahead of the durable log (a follower's log append not yet flushed) openraft starts from the applied
 //! id.
@@ -42,7 +42,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use kv_api::{Backend, BackendError, Bucket, WriteBatch};
+use kv_api::{Backend, BackendError, Bucket, Record, WriteBatch};
 use parking_lot::{Mutex, RwLock};
 use tracing::{debug, info};
 
@@ -206,20 +206,35 @@ impl Backend for SledBackend {
         self.apply(ops_of(batch))
     }
 
-    /// One sled batch removes every existing key and inserts the new content: a crash leaves either the
-    /// old store or the new one. (A later insert of the same key overrides its removal in a sled batch.)
-    /// Durable before it returns: openraft purges the log the snapshot covers next.
-    fn replace_all(&self, batch: WriteBatch) -> Result<(), BackendError> {
-        let mut recording = self.writes.lock();
-        let generation = self.generation();
-        let mut ops: Ops = Vec::new();
-        for item in Forward::from(&generation.tree, &[]) {
-            ops.push((item.map_err(backend_error)?.0.to_vec(), None));
+    /// Writes `content` into a fresh database (the next generation) in bounded batches and switches to
+    /// it once it is complete and flushed, as a defragmentation does: a crash leaves the old store or the
+    /// new one, and a snapshot larger than memory installs. Durable before it returns (openraft purges
+    /// the log the snapshot covers next). The store's lock is held meanwhile, so nobody else writes.
+    fn replace_all(&self, content: &mut dyn Iterator<Item = Result<Record, BackendError>>) -> Result<(), BackendError> {
+        let _one = self.defragmenting.lock();
+        let number = self.generation().number + 1;
+        let next = Generation::create(&self.dir, number).map_err(backend_error)?;
+        let fill = || -> Result<(), BackendError> {
+            let mut batches = generation::Batches::new(&next.tree);
+            for item in content {
+                let (bucket, key, value) = item?;
+                batches.push(tagged(bucket, &key), Some(value)).map_err(backend_error)?;
+            }
+            batches.finish().map_err(backend_error)?;
+            next.db.flush().map_err(backend_error)?;
+            Ok(())
+        };
+        if let Err(err) = fill() {
+            // The old generation stays in use; the unfinished one goes.
+            next.retire();
+            return Err(err);
         }
-        ops.extend(ops_of(batch));
-        Self::apply_in_order(&mut recording, &generation, ops)?;
-        drop(recording);
-        generation.db.flush().map_err(backend_error)?;
+        let writes = self.writes.lock();
+        generation::write_current(&self.dir, number).map_err(backend_error)?;
+        let old = std::mem::replace(&mut *self.current.write(), Arc::new(next));
+        old.retire();
+        drop(writes);
+        self.forget_size();
         Ok(())
     }
 
@@ -337,20 +352,46 @@ mod tests {
 
     #[test]
     fn replace_all_keeps_only_the_new_content() {
-        let (_dir, backend) = backend();
+        let dir = tempfile::tempdir().expect("tempdir");
+        let db = sled::Config::new().path(dir.path().join("db")).open().expect("open sled");
+        let backend = SledBackend::open(&dir.path().join("kv"), &db).expect("open tree");
         let mut batch = WriteBatch::default();
         batch.put(Bucket::Key, b"old".to_vec(), b"1".to_vec());
         batch.put(Bucket::Key, b"both".to_vec(), b"old".to_vec());
         batch.put(Bucket::Meta, b"m".to_vec(), b"old".to_vec());
         backend.write(batch).expect("write");
 
-        let mut batch = WriteBatch::default();
-        batch.put(Bucket::Key, b"both".to_vec(), b"new".to_vec());
-        batch.put(Bucket::Key, b"new".to_vec(), b"2".to_vec());
-        backend.replace_all(batch).expect("replace");
+        // More entries than one sled batch takes, so the install spans several.
+        let value = vec![b'v'; 300];
+        let mut content: Vec<Record> =
+            (0..10_000u32).map(|i| (Bucket::Key, i.to_be_bytes().to_vec(), value.clone())).collect();
+        content.push((Bucket::Meta, b"m".to_vec(), b"new".to_vec()));
+        backend.replace_all(&mut content.clone().into_iter().map(Ok)).expect("replace");
 
-        assert_eq!(all(&backend, Bucket::Key), vec![kv("both", "new"), kv("new", "2")]);
-        assert!(all(&backend, Bucket::Meta).is_empty());
+        let keys = all(&backend, Bucket::Key);
+        assert_eq!(keys.len(), 10_000);
+        assert!(keys.iter().all(|(k, v)| k.len() == 4 && *v == value), "only the new content");
+        assert_eq!(all(&backend, Bucket::Meta), vec![kv("m", "new")]);
+        // The new content is what a reopen finds.
+        drop(backend);
+        let reopened = reopen(&dir.path().join("kv"), &db);
+        assert_eq!(all(&reopened, Bucket::Meta), vec![kv("m", "new")]);
+        assert_eq!(all(&reopened, Bucket::Key).len(), 10_000);
+    }
+
+    #[test]
+    fn a_replacement_that_fails_midway_keeps_the_old_content() {
+        let (_dir, backend) = backend();
+        let mut batch = WriteBatch::default();
+        batch.put(Bucket::Key, b"old".to_vec(), b"1".to_vec());
+        backend.write(batch).expect("write");
+        let mut content = (0..5_000u32)
+            .map(|i| Ok((Bucket::Key, i.to_be_bytes().to_vec(), vec![1u8; 100])))
+            .chain([Err(BackendError("truncated snapshot".into()))]);
+        let err = backend.replace_all(&mut content).expect_err("the content failed");
+        assert!(err.to_string().contains("truncated snapshot"), "{err}");
+        assert_eq!(all(&backend, Bucket::Key), vec![kv("old", "1")]);
+        backend.write(WriteBatch::default()).expect("still writable");
     }
 
     #[test]

@@ -1,142 +1,277 @@
-//! The snapshot format, and the current snapshot of a member.
+//! The snapshot format, read and written an entry at a time, and the file type openraft moves.
 //!
-//! A snapshot is the whole MVCC store ([`kv_api::MvccStore::export`], every bucket including `Meta`) with
-//! the applied log id and membership it reflects, bincode-encoded in a versioned envelope. Encoding and
-//! decoding live here only, so the format can be streamed in chunks without touching the state machine.
+//! A snapshot is the whole MVCC store ([`kv_api::MvccStore::export_each`], every bucket including
+//! `Meta`) with the applied log id and membership it reflects. On disk and on the wire it is one
+//! bincode value, a versioned envelope `(version, last_applied, membership, entries)` whose last field
+//! is a sequence of `(bucket tag, key, value)`. It is written entry by entry into a file, the
+//! sequence's length first reserved at its widest (bincode's 9-byte form) and filled in at the end, so
+//! that neither building, sending nor installing a snapshot holds it in memory, and so that members of
+//! earlier versions (which decoded the envelope whole) and later ones read each other's snapshots.
 //!
-//! The current snapshot (the last one built or installed) is kept in memory and in the tree `snapshot`,
-//! so that `get_current_snapshot` survives a restart.
+//! [`current`](crate::storage::current_snapshot) keeps the member's current snapshot file.
 
-use std::io::Cursor;
-use std::sync::Arc;
+use std::fs::File;
+use std::io::{self, BufReader, BufWriter, Read, Seek, SeekFrom, Write};
+use std::path::{Path, PathBuf};
+use std::pin::Pin;
+use std::task::{Context, Poll};
 
-use kv_api::Bucket;
-use openraft::StorageIOError;
-use parking_lot::Mutex;
+use kv_api::{Bucket, Record};
 use serde::{Deserialize, Serialize};
+use tokio::io::{AsyncRead, AsyncSeek, AsyncWrite, ReadBuf};
 
-use crate::storage::{decode, encode};
-use crate::typ::{LogId, Snapshot, SnapshotMeta, StorageError, StoredMembership};
+use crate::storage::bincode_config;
+use crate::typ::{LogId, StoredMembership};
 
-const TREE: &str = "snapshot";
-const KEY_CURRENT: &[u8] = b"current";
 const FORMAT_VERSION: u32 = 1;
+/// bincode's marker of a varint written as 8 little-endian bytes (its widest form for a length).
+const WIDE_VARINT: u8 = 253;
+/// Buffered bytes per file when reading and writing: the only memory a snapshot takes beside one entry.
+const IO_BUFFER: usize = 1 << 20;
 
-/// What a snapshot holds, decoded.
-#[derive(Clone, Debug, PartialEq)]
-pub struct SnapshotContent {
-    pub last_applied: Option<LogId>,
-    pub membership: StoredMembership,
-    /// Every entry of every bucket of the store.
-    pub entries: Vec<(Bucket, Vec<u8>, Vec<u8>)>,
-}
-
-/// The envelope on the wire and on disk: a version first, so a later format can be told apart.
+/// What precedes the entries.
 #[derive(Serialize, Deserialize)]
-struct Envelope {
+struct Header {
     version: u32,
     last_applied: Option<LogId>,
     membership: StoredMembership,
-    /// `(bucket tag, key, value)`.
-    entries: Vec<(u8, Vec<u8>, Vec<u8>)>,
 }
 
-impl SnapshotContent {
-    pub fn encode(&self) -> Result<Vec<u8>, StorageError> {
-        let envelope = Envelope {
-            version: FORMAT_VERSION,
-            last_applied: self.last_applied,
-            membership: self.membership.clone(),
-            entries: self.entries.iter().map(|(bucket, k, v)| (bucket.tag(), k.clone(), v.clone())).collect(),
-        };
-        Ok(encode(&envelope).map_err(|e| StorageIOError::write_snapshot(None, &e))?)
+fn invalid(err: impl std::fmt::Display) -> io::Error {
+    io::Error::new(io::ErrorKind::InvalidData, err.to_string())
+}
+
+/// Writes a snapshot file: [`SnapshotWriter::push`] each entry, then [`SnapshotWriter::finish`].
+pub(crate) struct SnapshotWriter {
+    out: BufWriter<File>,
+    /// Where the entry count goes, and how many entries were pushed.
+    count_at: u64,
+    count: u64,
+}
+
+impl SnapshotWriter {
+    /// Starts a snapshot of the store at `last_applied` with `membership` in `file` (empty).
+    pub(crate) fn new(file: File, last_applied: Option<LogId>, membership: StoredMembership) -> io::Result<Self> {
+        let mut out = BufWriter::with_capacity(IO_BUFFER, file);
+        let header = Header { version: FORMAT_VERSION, last_applied, membership };
+        let count_at = bincode::serde::encode_into_std_write(&header, &mut out, bincode_config()).map_err(invalid)?;
+        out.write_all(&[WIDE_VARINT])?;
+        out.write_all(&0u64.to_le_bytes())?;
+        Ok(Self { out, count_at: count_at as u64, count: 0 })
     }
 
-    pub fn decode(bytes: &[u8]) -> Result<Self, StorageError> {
-        let envelope: Envelope = decode(bytes).map_err(|e| StorageIOError::read_snapshot(None, &e))?;
-        if envelope.version != FORMAT_VERSION {
-            return Err(corrupt(format!("unknown snapshot format version {}", envelope.version)));
+    pub(crate) fn push(&mut self, bucket: Bucket, key: &[u8], value: &[u8]) -> io::Result<()> {
+        bincode::serde::encode_into_std_write((bucket.tag(), key, value), &mut self.out, bincode_config())
+            .map_err(invalid)?;
+        self.count += 1;
+        Ok(())
+    }
+
+    /// Writes the entry count and makes the file durable; returns how many entries it holds.
+    pub(crate) fn finish(self) -> io::Result<u64> {
+        let mut file = self.out.into_inner().map_err(|e| e.into_error())?;
+        file.seek(SeekFrom::Start(self.count_at + 1))?;
+        file.write_all(&self.count.to_le_bytes())?;
+        file.sync_all()?;
+        Ok(self.count)
+    }
+}
+
+/// Reads a snapshot file: its header, then its entries as an iterator.
+pub(crate) struct SnapshotReader {
+    input: BufReader<File>,
+    pub(crate) last_applied: Option<LogId>,
+    pub(crate) membership: StoredMembership,
+    remaining: u64,
+}
+
+impl SnapshotReader {
+    pub(crate) fn open(path: &Path) -> io::Result<Self> {
+        let mut input = BufReader::with_capacity(IO_BUFFER, File::open(path)?);
+        let header: Header = bincode::serde::decode_from_std_read(&mut input, bincode_config()).map_err(invalid)?;
+        if header.version != FORMAT_VERSION {
+            return Err(invalid(format!("unknown snapshot format version {}", header.version)));
         }
-        let entries = envelope
-            .entries
-            .into_iter()
-            .map(|(tag, k, v)| match Bucket::ALL.into_iter().find(|b| b.tag() == tag) {
-                Some(bucket) => Ok((bucket, k, v)),
-                None => Err(corrupt(format!("unknown bucket tag {tag} in snapshot"))),
+        let remaining: u64 = bincode::decode_from_std_read(&mut input, bincode_config()).map_err(invalid)?;
+        Ok(Self { input, last_applied: header.last_applied, membership: header.membership, remaining })
+    }
+
+    fn next_entry(&mut self) -> io::Result<Record> {
+        let (tag, key, value): (u8, Vec<u8>, Vec<u8>) =
+            bincode::serde::decode_from_std_read(&mut self.input, bincode_config()).map_err(invalid)?;
+        match Bucket::ALL.into_iter().find(|b| b.tag() == tag) {
+            Some(bucket) => Ok((bucket, key, value)),
+            None => Err(invalid(format!("unknown bucket tag {tag} in snapshot"))),
+        }
+    }
+}
+
+impl Iterator for SnapshotReader {
+    type Item = io::Result<Record>;
+
+    fn next(&mut self) -> Option<Self::Item> {
+        if self.remaining == 0 {
+            // A longer file is not a snapshot this member wrote or received whole.
+            return match self.input.read(&mut [0u8]) {
+                Ok(0) => None,
+                Ok(_) => {
+                    self.remaining = u64::MAX;
+                    Some(Err(invalid("trailing bytes after the snapshot's entries")))
+                }
+                Err(err) => Some(Err(err)),
+            };
+        }
+        if self.remaining == u64::MAX {
+            return None;
+        }
+        self.remaining -= 1;
+        let entry = self.next_entry();
+        if entry.is_err() {
+            self.remaining = u64::MAX;
+        }
+        Some(entry)
+    }
+}
+
+/// openraft's snapshot data: an open snapshot file and its path (an install takes the file it received
+/// as the member's current snapshot, by name).
+#[derive(Debug)]
+pub struct SnapshotFile {
+    file: tokio::fs::File,
+    path: PathBuf,
+}
+
+impl SnapshotFile {
+    pub(crate) fn new(file: File, path: PathBuf) -> Self {
+        Self { file: tokio::fs::File::from_std(file), path }
+    }
+
+    pub(crate) fn path(&self) -> &Path {
+        &self.path
+    }
+}
+
+impl AsyncRead for SnapshotFile {
+    fn poll_read(mut self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &mut ReadBuf<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.file).poll_read(cx, buf)
+    }
+}
+
+impl AsyncWrite for SnapshotFile {
+    fn poll_write(mut self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &[u8]) -> Poll<io::Result<usize>> {
+        Pin::new(&mut self.file).poll_write(cx, buf)
+    }
+
+    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.file).poll_flush(cx)
+    }
+
+    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.file).poll_shutdown(cx)
+    }
+}
+
+impl AsyncSeek for SnapshotFile {
+    fn start_seek(mut self: Pin<&mut Self>, position: SeekFrom) -> io::Result<()> {
+        Pin::new(&mut self.file).start_seek(position)
+    }
+
+    fn poll_complete(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<u64>> {
+        Pin::new(&mut self.file).poll_complete(cx)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::storage::{decode, encode};
+
+    /// The envelope as members before streamed snapshots encoded and decoded it, whole.
+    #[derive(Serialize, Deserialize, Debug, PartialEq)]
+    struct Envelope {
+        version: u32,
+        last_applied: Option<LogId>,
+        membership: StoredMembership,
+        entries: Vec<(u8, Vec<u8>, Vec<u8>)>,
+    }
+
+    fn entries(n: usize) -> Vec<Record> {
+        (0..n)
+            .map(|i| {
+                let bucket = Bucket::ALL[i % Bucket::ALL.len()];
+                (bucket, format!("key-{i}").into_bytes(), vec![(i % 251) as u8; i % 700])
             })
-            .collect::<Result<_, _>>()?;
-        Ok(Self { last_applied: envelope.last_applied, membership: envelope.membership, entries })
-    }
-}
-
-fn write_err<E: std::error::Error + 'static>(meta: &SnapshotMeta, err: &E) -> StorageIOError<u64> {
-    StorageIOError::write_snapshot(Some(meta.signature()), err)
-}
-
-fn corrupt(msg: String) -> StorageError {
-    let err = std::io::Error::new(std::io::ErrorKind::InvalidData, msg);
-    StorageIOError::read_snapshot(None, &err).into()
-}
-
-/// A built or installed snapshot: its metadata and its encoded content.
-#[derive(Clone, Debug, Serialize, Deserialize)]
-struct StoredSnapshot {
-    meta: SnapshotMeta,
-    data: Vec<u8>,
-}
-
-/// The current snapshot, in memory and in the tree `snapshot`. Clones share it: the state machine and its
-/// snapshot builders both save to it.
-#[derive(Clone, Debug)]
-pub struct CurrentSnapshot {
-    db: sled::Db,
-    tree: sled::Tree,
-    current: Arc<Mutex<Option<Arc<StoredSnapshot>>>>,
-}
-
-impl CurrentSnapshot {
-    pub fn open(db: &sled::Db) -> Result<Self, StorageError> {
-        let tree = db.open_tree(TREE).map_err(|e| StorageIOError::read_snapshot(None, &e))?;
-        let current = match tree.get(KEY_CURRENT).map_err(|e| StorageIOError::read_snapshot(None, &e))? {
-            Some(bytes) => {
-                let stored: StoredSnapshot = decode(&bytes).map_err(|e| StorageIOError::read_snapshot(None, &e))?;
-                Some(Arc::new(stored))
-            }
-            None => None,
-        };
-        Ok(Self { db: db.clone(), tree, current: Arc::new(Mutex::new(current)) })
+            .collect()
     }
 
-    /// The current snapshot, ready to be read from the start.
-    pub fn get(&self) -> Option<Snapshot> {
-        let stored = self.current.lock().clone()?;
-        Some(Snapshot { meta: stored.meta.clone(), snapshot: Box::new(Cursor::new(stored.data.clone())) })
+    fn applied() -> Option<LogId> {
+        Some(openraft::LogId::new(openraft::CommittedLeaderId::new(3, 1), 42))
     }
 
-    /// Forgets the current snapshot (`--force-new-cluster`: it names the old membership).
-    pub fn forget(&self) -> Result<(), StorageError> {
-        let mut current = self.current.lock();
-        self.tree.remove(KEY_CURRENT).map_err(|e| StorageIOError::write_snapshot(None, &e))?;
-        *current = None;
-        Ok(())
-    }
-
-    /// Makes `meta`/`data` the current snapshot, durably, unless a snapshot of a later log id already is
-    /// (a build racing with an install must not bring an older snapshot back).
-    pub async fn save(&self, meta: &SnapshotMeta, data: Vec<u8>) -> Result<(), StorageError> {
-        let stored = StoredSnapshot { meta: meta.clone(), data };
-        let bytes = encode(&stored).map_err(|e| write_err(meta, &e))?;
-        {
-            let mut current = self.current.lock();
-            if current.as_ref().is_some_and(|c| c.meta.last_log_id > meta.last_log_id) {
-                return Ok(());
-            }
-            // Inserted under the lock, so the tree and memory agree on which snapshot won.
-            self.tree.insert(KEY_CURRENT, bytes).map_err(|e| write_err(meta, &e))?;
-            *current = Some(Arc::new(stored));
+    fn write_file(dir: &Path, content: &[Record]) -> PathBuf {
+        let path = dir.join("s.snap");
+        let mut writer =
+            SnapshotWriter::new(File::create(&path).expect("create"), applied(), StoredMembership::default())
+                .expect("header");
+        for (bucket, key, value) in content {
+            writer.push(*bucket, key, value).expect("push");
         }
-        // Openraft purges the log up to the snapshot next; the snapshot must be on disk before that.
-        self.db.flush_async().await.map_err(|e| write_err(meta, &e))?;
-        Ok(())
+        assert_eq!(writer.finish().expect("finish"), content.len() as u64);
+        path
+    }
+
+    #[test]
+    fn entries_read_back_as_written() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        for n in [0, 1, 3000] {
+            let content = entries(n);
+            let path = write_file(dir.path(), &content);
+            let reader = SnapshotReader::open(&path).expect("open");
+            assert_eq!((reader.last_applied, &reader.membership), (applied(), &StoredMembership::default()));
+            let read: Vec<Record> = reader.collect::<io::Result<_>>().expect("read");
+            assert_eq!(read, content);
+        }
+    }
+
+    #[test]
+    fn members_before_and_after_streaming_read_each_others_snapshots() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let content = entries(500);
+        let tagged: Vec<_> = content.iter().map(|(b, k, v)| (b.tag(), k.clone(), v.clone())).collect();
+        let whole = Envelope {
+            version: FORMAT_VERSION,
+            last_applied: applied(),
+            membership: StoredMembership::default(),
+            entries: tagged,
+        };
+        // A streamed file, decoded whole as an earlier member does.
+        let streamed = std::fs::read(write_file(dir.path(), &content)).expect("read");
+        assert_eq!(decode::<Envelope>(&streamed).expect("decode whole"), whole);
+        // An earlier member's snapshot, read entry by entry.
+        let path = dir.path().join("old.snap");
+        std::fs::write(&path, encode(&whole).expect("encode")).expect("write");
+        let read: Vec<Record> = SnapshotReader::open(&path).expect("open").collect::<io::Result<_>>().expect("read");
+        assert_eq!(read, content);
+    }
+
+    #[test]
+    fn a_cut_or_padded_file_is_refused() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let path = write_file(dir.path(), &entries(100));
+        let bytes = std::fs::read(&path).expect("read");
+        std::fs::write(&path, &bytes[..bytes.len() - 10]).expect("cut");
+        let read: io::Result<Vec<Record>> = SnapshotReader::open(&path).expect("open").collect();
+        assert!(read.is_err(), "a cut file reads as an error");
+        std::fs::write(&path, [bytes.as_slice(), b"x"].concat()).expect("pad");
+        let err = SnapshotReader::open(&path).expect("open").collect::<io::Result<Vec<_>>>().expect_err("padded");
+        assert!(err.to_string().contains("trailing bytes"), "{err}");
+        // An unknown bucket tag.
+        let mut bytes =
+            std::fs::read(write_file(dir.path(), &[(Bucket::Key, b"k".to_vec(), b"v".to_vec())])).expect("read");
+        let tag_at = bytes.len() - 5; // tag, key length, key, value length, value
+        bytes[tag_at] = 200;
+        std::fs::write(&path, bytes).expect("write");
+        let err = SnapshotReader::open(&path).expect("open").collect::<io::Result<Vec<_>>>().expect_err("bad tag");
+        assert!(err.to_string().contains("unknown bucket tag 200"), "{err}");
     }
 }

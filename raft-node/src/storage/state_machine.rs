@@ -5,17 +5,19 @@
 //! the data they describe (design invariant 3). Apply takes the store's write lock once per batch and
 //! never across an `.await`; snapshot export and install run on blocking threads.
 
-use std::io::{self, Cursor};
+use std::io;
+use std::path::Path;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use kv_api::watch::WatchHub;
-use kv_api::{Bucket, MvccStore, SharedStore};
+use kv_api::{Bucket, MvccStore, Record, SharedStore};
 use openraft::storage::RaftStateMachine;
 use openraft::{EntryPayload, RaftSnapshotBuilder, StorageIOError};
 
-use crate::storage::snapshot::{CurrentSnapshot, SnapshotContent};
+use crate::storage::current_snapshot::CurrentSnapshot;
+use crate::storage::snapshot::{SnapshotFile, SnapshotReader, SnapshotWriter};
 use crate::storage::{decode, encode};
 use crate::typ::{Applied, Entry, LogId, Snapshot, SnapshotMeta, StorageError, StoredMembership, TypeConfig};
 
@@ -55,15 +57,14 @@ pub struct SnapshotBuilder {
 }
 
 impl StateMachine {
-    /// Opens the state machine on `store`, resuming from the applied id and membership it recorded.
-    pub fn open(db: &sled::Db, store: SharedStore) -> Result<Self, StorageError> {
+    /// Opens the state machine on `store`, resuming from the applied id and membership it recorded; its
+    /// snapshot files are in `snapshot_dir`.
+    pub fn open(db: &sled::Db, store: SharedStore, snapshot_dir: &Path) -> Result<Self, StorageError> {
         let (last_applied, membership) = read_applied(&store.read())?;
-        let snapshot = CurrentSnapshot::open(db)?;
+        let snapshot = CurrentSnapshot::open(db, snapshot_dir)?;
         // Continue the counter of the current snapshot's id so a rebuilt one gets a new id.
-        let builds = snapshot
-            .get()
-            .and_then(|s| s.meta.snapshot_id.rsplit('-').next()?.parse::<u64>().ok())
-            .map_or(0, |n| n + 1);
+        let builds =
+            snapshot.meta().and_then(|m| m.snapshot_id.rsplit('-').next()?.parse::<u64>().ok()).map_or(0, |n| n + 1);
         let watch_hub = Arc::new(WatchHub::new(store.read().current_revision()));
         Ok(Self {
             store,
@@ -213,9 +214,6 @@ pub(crate) fn is_bookkeeping(bucket: Bucket, key: &[u8]) -> bool {
     bucket == Bucket::Meta && (key == META_APPLIED || key == META_MEMBERSHIP)
 }
 
-/// One entry of a bucket of the store.
-pub(crate) type Record = (Bucket, Vec<u8>, Vec<u8>);
-
 /// Raft's bookkeeping entries for the meta bucket, saying that the store reflects the log up to `applied`
 /// with `membership`.
 pub(crate) fn bookkeeping(
@@ -237,29 +235,49 @@ async fn blocking<T: Send + 'static>(
 
 impl RaftSnapshotBuilder<TypeConfig> for SnapshotBuilder {
     async fn build_snapshot(&mut self) -> Result<Snapshot, StorageError> {
-        let store = self.store.clone();
+        let (store, (file, path)) = (self.store.clone(), self.snapshot.temporary("build")?);
+        let write_err =
+            |e: &dyn std::fmt::Display| StorageIOError::write_snapshot(None, &io::Error::other(e.to_string()));
         // The backend's applied id is at least the snapshot's (see `read_committed`), so the log entries
-        // the snapshot lets openraft purge are never needed again.
-        let content = blocking(move || {
-            read_committed(&store, |store, last_applied, membership| {
-                let entries = store.export().map_err(|e| StorageIOError::read_state_machine(&e))?;
-                Ok(SnapshotContent { last_applied, membership, entries })
-            })
+        // the snapshot lets openraft purge are never needed again. Written entry by entry to the file.
+        let build_path = path.clone();
+        let built = blocking(move || {
+            let (last_applied, membership) = read_committed(&store, |store, last_applied, membership| {
+                let mut writer =
+                    SnapshotWriter::new(file, last_applied, membership.clone()).map_err(|e| write_err(&e))?;
+                store
+                    .export_each(|bucket, key, value| {
+                        writer.push(bucket, key, value).map_err(|e| kv_api::Error::Internal(e.to_string()))
+                    })
+                    .map_err(|e| write_err(&e))?;
+                writer.finish().map_err(|e| write_err(&e))?;
+                Ok((last_applied, membership))
+            })?;
+            Ok((last_applied, membership))
         })
-        .await?;
+        .await;
+        let (last_applied, membership) = match built {
+            Ok(built) => built,
+            Err(err) => {
+                let _ = std::fs::remove_file(&build_path);
+                return Err(err);
+            }
+        };
         let build = self.builds.fetch_add(1, Ordering::Relaxed);
-        let snapshot_id = match content.last_applied {
+        let snapshot_id = match last_applied {
             Some(id) => format!("{}-{}-{build}", id.leader_id.term, id.index),
             None => format!("none-{build}"),
         };
-        let meta = SnapshotMeta {
-            last_log_id: content.last_applied,
-            last_membership: content.membership.clone(),
-            snapshot_id,
-        };
-        let data = blocking(move || content.encode()).await?;
-        self.snapshot.save(&meta, data.clone()).await?;
-        Ok(Snapshot { meta, snapshot: Box::new(Cursor::new(data)) })
+        let meta = SnapshotMeta { last_log_id: last_applied, last_membership: membership, snapshot_id };
+        self.snapshot.save(&meta, &path).await?;
+        // Saved as current (or dropped for a later one): either way a fresh handle to what is current.
+        match self.snapshot.get()? {
+            Some(snapshot) if snapshot.meta.last_log_id >= meta.last_log_id => Ok(snapshot),
+            _ => {
+                Err(StorageIOError::read_snapshot(Some(meta.signature()), &io::Error::other("snapshot vanished"))
+                    .into())
+            }
+        }
     }
 }
 
@@ -282,48 +300,54 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
         SnapshotBuilder { store: self.store.clone(), snapshot: self.snapshot.clone(), builds: self.builds.clone() }
     }
 
-    async fn begin_receiving_snapshot(&mut self) -> Result<Box<Cursor<Vec<u8>>>, StorageError> {
-        Ok(Box::new(Cursor::new(Vec::new())))
+    async fn begin_receiving_snapshot(&mut self) -> Result<Box<SnapshotFile>, StorageError> {
+        let (file, path) = self.snapshot.temporary("receive")?;
+        Ok(Box::new(SnapshotFile::new(file, path)))
     }
 
-    async fn install_snapshot(
-        &mut self,
-        meta: &SnapshotMeta,
-        snapshot: Box<Cursor<Vec<u8>>>,
-    ) -> Result<(), StorageError> {
-        let data = snapshot.into_inner();
+    async fn install_snapshot(&mut self, meta: &SnapshotMeta, snapshot: Box<SnapshotFile>) -> Result<(), StorageError> {
+        let path = snapshot.path().to_path_buf();
+        drop(snapshot);
         let store = self.store.clone();
-        let snapshot_meta = meta.clone();
-        let data = blocking(move || {
-            let content = SnapshotContent::decode(&data)?;
-            if content.last_applied != snapshot_meta.last_log_id || content.membership != snapshot_meta.last_membership
-            {
-                let err = io::Error::new(io::ErrorKind::InvalidData, "snapshot content disagrees with its meta");
-                return Err(StorageIOError::read_snapshot(Some(snapshot_meta.signature()), &err).into());
-            }
-            // Write the bookkeeping from the meta itself: data, applied id and membership in one batch.
+        let (snapshot_meta, read_path) = (meta.clone(), path.clone());
+        let installed = blocking(move || {
+            let signature = Some(snapshot_meta.signature());
+            let read_err = |e: &io::Error| StorageError::from(StorageIOError::read_snapshot(signature.clone(), e));
             let write_err = |e: &dyn std::fmt::Display| {
                 StorageIOError::write_snapshot(Some(snapshot_meta.signature()), &io::Error::other(e.to_string()))
             };
-            let mut entries: Vec<_> =
-                content.entries.into_iter().filter(|(bucket, key, _)| !is_bookkeeping(*bucket, key)).collect();
+            // Durable before it becomes the current snapshot.
+            std::fs::File::open(&read_path).and_then(|f| f.sync_all()).map_err(|e| read_err(&e))?;
+            let reader = SnapshotReader::open(&read_path).map_err(|e| read_err(&e))?;
+            if reader.last_applied != snapshot_meta.last_log_id || reader.membership != snapshot_meta.last_membership {
+                let err = io::Error::new(io::ErrorKind::InvalidData, "snapshot content disagrees with its meta");
+                return Err(read_err(&err));
+            }
+            // Write the bookkeeping from the meta itself: data, applied id and membership together.
             let ours =
                 bookkeeping(&snapshot_meta.last_log_id, &snapshot_meta.last_membership).map_err(|e| write_err(&e))?;
-            entries.extend(ours);
-            store.write().install(entries).map_err(|e| write_err(&e))?;
-            Ok(data)
+            let mut content = reader
+                .map(|item| item.map_err(|e| kv_api::BackendError(format!("reading the snapshot: {e}"))))
+                .filter(|item| !matches!(item, Ok((bucket, key, _)) if is_bookkeeping(*bucket, key)))
+                .chain(ours.into_iter().map(Ok));
+            store.write().install_from(&mut content).map_err(|e| write_err(&e))?;
+            Ok(())
         })
-        .await?;
+        .await;
+        if let Err(err) = installed {
+            let _ = std::fs::remove_file(&path);
+            return Err(err);
+        }
         // The store jumped: watchers catch up from it (or learn that their start was compacted).
         let revision = self.store.read().current_revision();
         self.watch_hub.resync(revision);
         self.last_applied = meta.last_log_id;
         self.membership = meta.last_membership.clone();
-        self.snapshot.save(meta, data).await
+        self.snapshot.save(meta, &path).await
     }
 
     async fn get_current_snapshot(&mut self) -> Result<Option<Snapshot>, StorageError> {
-        Ok(self.snapshot.get())
+        self.snapshot.get()
     }
 }
 
@@ -504,8 +528,7 @@ mod tests {
         {
             let (_log, mut follower, follower_store) = open(follower_dir.path()).expect("open");
             follower.apply([put(log_id(1, 1), "stale", "x")]).await.expect("apply");
-            let mut received = follower.begin_receiving_snapshot().await.expect("begin");
-            received.get_mut().extend_from_slice(snapshot.snapshot.get_ref());
+            let received = receive(&mut follower, snapshot.snapshot).await;
             follower.install_snapshot(&snapshot.meta, received).await.expect("install");
 
             assert_eq!(all_kvs(&follower_store), all_kvs(&leader_store));
@@ -526,7 +549,83 @@ mod tests {
         assert_eq!(follower.applied_state().await.expect("applied").0, Some(log_id(2, 6)));
         let current = follower.get_current_snapshot().await.expect("current").expect("a snapshot");
         assert_eq!(current.meta, snapshot.meta);
-        assert_eq!(current.snapshot.get_ref(), snapshot.snapshot.get_ref());
+        let leader_current = leader.get_current_snapshot().await.expect("current").expect("a snapshot");
+        assert_eq!(read_all(current.snapshot).await, read_all(leader_current.snapshot).await);
+        // Only the current snapshot's file is left in the snapshot directory.
+        let files: Vec<_> = std::fs::read_dir(follower_dir.path().with_extension("snap"))
+            .expect("snap dir")
+            .map(|e| e.expect("entry").file_name().into_string().expect("name"))
+            .collect();
+        assert_eq!(files, vec![format!("{}.snap", snapshot.meta.snapshot_id)]);
+    }
+
+    async fn read_all(mut data: Box<SnapshotFile>) -> Vec<u8> {
+        use tokio::io::AsyncReadExt;
+        let mut bytes = Vec::new();
+        data.read_to_end(&mut bytes).await.expect("read snapshot");
+        bytes
+    }
+
+    /// Moves a snapshot into `follower` as openraft does: chunks written into a file it begins.
+    async fn receive(follower: &mut StateMachine, data: Box<SnapshotFile>) -> Box<SnapshotFile> {
+        use tokio::io::AsyncWriteExt;
+        let bytes = read_all(data).await;
+        let mut received = follower.begin_receiving_snapshot().await.expect("begin");
+        for chunk in bytes.chunks(7) {
+            received.write_all(chunk).await.expect("write chunk");
+        }
+        received.shutdown().await.expect("shutdown");
+        received
+    }
+
+    #[tokio::test]
+    async fn a_snapshot_that_does_not_read_leaves_the_store_as_it_was() {
+        let leader_dir = tempfile::tempdir().expect("tempdir");
+        let (mut leader, _) = populated(leader_dir.path()).await;
+        let snapshot = leader.get_snapshot_builder().await.build_snapshot().await.expect("build");
+        let mut bytes = read_all(snapshot.snapshot).await;
+        bytes.truncate(bytes.len() - 3);
+
+        let follower_dir = tempfile::tempdir().expect("tempdir");
+        let (_log, mut follower, follower_store) = open(follower_dir.path()).expect("open");
+        follower.apply([put(log_id(1, 1), "kept", "x")]).await.expect("apply");
+        let before = all_kvs(&follower_store);
+        let mut received = follower.begin_receiving_snapshot().await.expect("begin");
+        tokio::io::AsyncWriteExt::write_all(&mut received, &bytes).await.expect("write");
+        let err = follower.install_snapshot(&snapshot.meta, received).await.expect_err("a cut snapshot");
+        assert!(err.to_string().contains("reading the snapshot"), "{err}");
+        assert_eq!(all_kvs(&follower_store), before);
+        assert_eq!(follower.applied_state().await.expect("applied").0, Some(log_id(1, 1)));
+        assert!(follower.get_current_snapshot().await.expect("current").is_none());
+    }
+
+    #[tokio::test]
+    async fn a_snapshot_kept_in_the_tree_moves_to_a_file() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let (meta, kvs, bytes) = {
+            let (mut sm, store) = populated(dir.path()).await;
+            let snapshot = sm.get_snapshot_builder().await.build_snapshot().await.expect("build");
+            let meta = snapshot.meta.clone();
+            let bytes = read_all(snapshot.snapshot).await;
+            // As a member before snapshot files kept it: metadata and content in the tree.
+            let db = sm.snapshot.db().clone();
+            let tree = db.open_tree("snapshot").expect("tree");
+            tree.remove("current_file").expect("remove");
+            tree.insert("current", encode(&(&meta, &bytes)).expect("encode")).expect("insert");
+            db.flush().expect("flush");
+            std::fs::remove_dir_all(dir.path().with_extension("snap")).expect("remove files");
+            (meta, all_kvs(&store), bytes)
+        };
+        // A leftover of an unfinished reception goes at open.
+        let snap_dir = dir.path().with_extension("snap");
+        std::fs::create_dir_all(&snap_dir).expect("dir");
+        std::fs::write(snap_dir.join("receive-0.tmp"), b"partial").expect("leftover");
+        let (_log, mut sm, store) = crate::storage::reopen(dir.path());
+        assert_eq!(all_kvs(&store), kvs);
+        let current = sm.get_current_snapshot().await.expect("current").expect("a snapshot");
+        assert_eq!(current.meta, meta);
+        assert_eq!(read_all(current.snapshot).await, bytes);
+        assert!(!snap_dir.join("receive-0.tmp").exists());
     }
 
     #[tokio::test]
@@ -538,8 +637,10 @@ mod tests {
         let newer = sm.get_snapshot_builder().await.build_snapshot().await.expect("build");
         // A build that read the store before the last apply finishes after the newer one.
         let older_meta = SnapshotMeta { last_log_id: Some(log_id(2, 5)), ..newer.meta.clone() };
-        old_builder.snapshot.save(&older_meta, vec![]).await.expect("save");
+        let (_, older_path) = old_builder.snapshot.temporary("build").expect("temporary");
+        old_builder.snapshot.save(&older_meta, &older_path).await.expect("save");
         let current = sm.get_current_snapshot().await.expect("current").expect("a snapshot");
         assert_eq!(current.meta, newer.meta);
+        assert!(!older_path.exists(), "the older build's file is removed");
     }
 }
