@@ -22,7 +22,7 @@ use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::Duration;
 
-use parking_lot::{Condvar, Mutex, MutexGuard};
+use parking_lot::{ArcMutexGuard, Condvar, Mutex, RawMutex};
 use tokio::sync::watch;
 use tracing::{debug, error, info};
 
@@ -74,7 +74,7 @@ struct Shared {
     idle: Condvar,
     /// Held by the thread across each backend write, and by whoever must see the key bucket still
     /// (see [`Compactor::pause`]).
-    gate: Mutex<()>,
+    gate: Arc<Mutex<()>>,
     /// Which content of the backend jobs belong to; raised by [`Compactor::reset`].
     epoch: AtomicU64,
     batch_limit: AtomicUsize,
@@ -91,9 +91,10 @@ pub struct Compactor {
 }
 
 /// Held while the key bucket must not change underneath (see [`Compactor::pause`]): the compactor
-/// waits for it to drop before its next write.
-pub struct Paused<'a> {
-    _gate: MutexGuard<'a, ()>,
+/// waits for it to drop before its next write. It needs no borrow of the store, so a reader may hold it
+/// after letting go of the store's lock.
+pub struct Paused {
+    _gate: ArcMutexGuard<RawMutex, ()>,
 }
 
 impl Compactor {
@@ -104,7 +105,7 @@ impl Compactor {
             queue: Mutex::new(Queue::default()),
             wake: Condvar::new(),
             idle: Condvar::new(),
-            gate: Mutex::new(()),
+            gate: Arc::new(Mutex::new(())),
             epoch: AtomicU64::new(0),
             batch_limit: AtomicUsize::new(0),
             sleep_micros: AtomicU64::new(0),
@@ -156,13 +157,13 @@ impl Compactor {
 
     /// Stops deletions until the guard drops: a snapshot reads the key bucket as one consistent state
     /// (some batches deleted, the rest not, and the finished revision saying which).
-    pub fn pause(&self) -> Paused<'_> {
-        Paused { _gate: self.shared.gate.lock() }
+    pub fn pause(&self) -> Paused {
+        Paused { _gate: self.shared.gate.lock_arc() }
     }
 
     /// Drops every queued and running job: the backend's content was replaced (a snapshot installed)
     /// while `paused` was held, and the store's load schedules what the new content needs.
-    pub fn reset(&self, _paused: &mut Paused<'_>) {
+    pub fn reset(&self, _paused: &mut Paused) {
         self.shared.epoch.fetch_add(1, Ordering::SeqCst);
         self.shared.queue.lock().jobs.clear();
         self.shared.idle.notify_all();

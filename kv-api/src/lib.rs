@@ -52,7 +52,7 @@ pub use backend::{Backend, BackendError, Bucket, MemBackend, Record, WriteBatch}
 pub use command::{Command, CommandResponse};
 pub use consensus::{Consensus, RaftStatus};
 pub use error::{Error, Result};
-pub use store::{MvccStore, SharedStore};
+pub use store::{KeyExport, MvccStore, SharedStore};
 
 /// The etcd version this server emulates, reported by `Maintenance.Status` unless configured otherwise:
 /// etcd 3.6, the line Kubernetes 1.34-1.36 deploys (kube-apiserver enables watch progress requests from

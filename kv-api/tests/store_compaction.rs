@@ -214,3 +214,36 @@ fn a_store_from_before_background_compaction_records_its_compaction_finished() {
     assert_eq!(meta_revision(&backend, META_FINISHED_COMPACT_REV), Some(9));
     assert_eq!(*store.compaction_finished().borrow(), 9);
 }
+
+#[test]
+fn a_split_export_is_the_store_at_the_split_whatever_is_written_and_compacted_after() {
+    let (_, mut store) = fixture_with(fast());
+    history(&mut store);
+    let mut at_split = store.export().expect("export");
+    let mut exported = Vec::new();
+    let keys = store
+        .export_split(|bucket, key, value| {
+            exported.push((bucket, key.to_vec(), value.to_vec()));
+            Ok(())
+        })
+        .expect("split");
+    assert_eq!(keys.revision(), 17);
+    assert!(exported.iter().all(|(bucket, _, _)| *bucket != Bucket::Key), "the key bucket comes later");
+    // After the split, without the store's lock: writes, and a compaction whose deletions would
+    // remove revisions the export has still to read.
+    put(&mut store, put_req("a", "after"));
+    delete(&mut store, del_req("ab", ""));
+    compact(&mut store, 16).expect("compact");
+    store.commit().expect("commit");
+    keys.run(|bucket, key, value| {
+        exported.push((bucket, key.to_vec(), value.to_vec()));
+        Ok(())
+    })
+    .expect("run");
+    exported.sort();
+    at_split.sort();
+    assert_eq!(exported, at_split);
+    // Once the export is done the compaction goes ahead.
+    store.wait_compacted();
+    assert!(store.export().expect("export").len() < at_split.len());
+}

@@ -24,7 +24,7 @@ use proto::mvccpb::{Event, KeyValue};
 use crate::alarm::{self, AlarmTable};
 use crate::auth::AuthStore;
 use crate::backend::{try_scan, Backend, BackendError, Bucket, Record, WriteBatch};
-use crate::compactor::{CompactionConfig, Compactor, META_FINISHED_COMPACT_REV};
+use crate::compactor::{CompactionConfig, Compactor, Paused, META_FINISHED_COMPACT_REV};
 use crate::error::{Error, Result};
 use crate::index::{KeyRange, TreeIndex};
 use crate::lease::{Lease, LeaseId, LeaseTable};
@@ -446,6 +446,20 @@ impl MvccStore {
         Ok(())
     }
 
+    /// A consistent copy of the committed store in two halves, so that writers wait for the first only:
+    /// every bucket but the key bucket now, through `visit` (they change in place: hold the store's lock,
+    /// with nothing staged), and a [`KeyExport`] that reads the key bucket afterwards, without the lock.
+    /// An entry of the key bucket never changes once written: later writes add later revisions, and
+    /// only the compactor deletes, which stays paused until the [`KeyExport`] is dropped. So the key
+    /// bucket up to the current revision reads later as it is now.
+    pub fn export_split(&self, mut visit: impl FnMut(Bucket, &[u8], &[u8]) -> Result<()>) -> Result<KeyExport> {
+        let paused = self.compactor.pause();
+        for bucket in Bucket::ALL.into_iter().filter(|bucket| *bucket != Bucket::Key) {
+            try_scan(&*self.backend, bucket, |key, value| visit(bucket, key, value))?;
+        }
+        Ok(KeyExport { backend: self.backend.clone(), revision: self.current_revision(), _paused: paused })
+    }
+
     /// Replaces the whole store with a snapshot's content (from [`MvccStore::export`]).
     pub fn install(&mut self, entries: Vec<Record>) -> Result<()> {
         self.install_from(&mut entries.into_iter().map(Ok))
@@ -462,6 +476,38 @@ impl MvccStore {
             self.compactor.reset(&mut paused);
         }
         self.load()
+    }
+}
+
+/// The key bucket's half of [`MvccStore::export_split`]: its entries up to the revision of the split.
+pub struct KeyExport {
+    backend: Arc<dyn Backend>,
+    revision: i64,
+    _paused: Paused,
+}
+
+impl KeyExport {
+    /// The revision the export stops at.
+    pub fn revision(&self) -> i64 {
+        self.revision
+    }
+
+    /// Visits the key bucket's entries up to the split's revision, in revision order.
+    pub fn run(self, mut visit: impl FnMut(Bucket, &[u8], &[u8]) -> Result<()>) -> Result<()> {
+        let mut failure = None;
+        self.backend.scan(Bucket::Key, &mut |key, value| {
+            if Revision::from_bytes(key).is_some_and(|rev| rev.main > self.revision) {
+                return false;
+            }
+            match visit(Bucket::Key, key, value) {
+                Ok(()) => true,
+                Err(err) => {
+                    failure = Some(err);
+                    false
+                }
+            }
+        })?;
+        failure.map_or(Ok(()), Err)
     }
 }
 

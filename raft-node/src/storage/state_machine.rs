@@ -189,24 +189,49 @@ fn read_applied(store: &MvccStore) -> Result<(Option<LogId>, StoredMembership), 
     Ok((last_applied, membership))
 }
 
-/// Commits what apply staged and syncs it to disk, then runs `read` on the store under its read lock, with the applied id and
-/// membership of that committed state: a point-in-time view where data and applied id agree (apply waits
-/// meanwhile). Snapshots for openraft and for `Maintenance.Snapshot` are both read this way. Blocking.
+/// Commits what apply staged and syncs it to disk, then runs `read` on the store under its read lock,
+/// with the applied id and membership of that committed state: a point-in-time view where data and
+/// applied id agree (apply waits meanwhile). `Maintenance.Snapshot` reads the store this way. Blocking.
 pub(crate) fn read_committed<T>(
     store: &SharedStore,
     read: impl FnOnce(&MvccStore, Option<LogId>, StoredMembership) -> Result<T, StorageError>,
 ) -> Result<T, StorageError> {
-    let write_err = |e: &dyn std::fmt::Display| StorageIOError::write_state_machine(&io::Error::other(e.to_string()));
-    let mut store = store.write();
-    store.commit().map_err(|e| write_err(&e))?;
-    // Durable before openraft purges the log a snapshot covers.
-    store.backend().sync().map_err(|e| write_err(&e))?;
-    let store = parking_lot::RwLockWriteGuard::downgrade(store);
+    let store = committed(store)?;
     // The compactor deletes freed revisions without the store's lock: paused, it leaves the key bucket
     // and the finished compaction as they are, so the copy is one state (which a restore finishes).
     let _paused = store.compactor().pause();
     let (last_applied, membership) = read_applied(&store)?;
     read(&store, last_applied, membership)
+}
+
+/// The store's read lock once everything apply staged is committed and on disk (so the log entries a
+/// snapshot of it lets openraft purge are never needed again). Blocking.
+fn committed(store: &SharedStore) -> Result<parking_lot::RwLockReadGuard<'_, MvccStore>, StorageError> {
+    let write_err = |e: &dyn std::fmt::Display| StorageIOError::write_state_machine(&io::Error::other(e.to_string()));
+    let mut store = store.write();
+    store.commit().map_err(|e| write_err(&e))?;
+    store.backend().sync().map_err(|e| write_err(&e))?;
+    Ok(parking_lot::RwLockWriteGuard::downgrade(store))
+}
+
+/// Writes a snapshot of the committed store into `file`; apply waits only while the buckets other than
+/// the key bucket are written (see [`MvccStore::export_split`]), not for the key bucket. Returns the
+/// applied id and membership it reflects. Blocking.
+fn write_snapshot(store: &SharedStore, file: std::fs::File) -> Result<(Option<LogId>, StoredMembership), StorageError> {
+    let write_err = |e: &dyn std::fmt::Display| StorageIOError::write_snapshot(None, &io::Error::other(e.to_string()));
+    let push_err = |e: io::Error| kv_api::Error::Internal(e.to_string());
+    let (mut writer, keys, last_applied, membership) = {
+        let store = committed(store)?;
+        let (last_applied, membership) = read_applied(&store)?;
+        let mut writer = SnapshotWriter::new(file, last_applied, membership.clone()).map_err(|e| write_err(&e))?;
+        let keys = store
+            .export_split(|bucket, key, value| writer.push(bucket, key, value).map_err(push_err))
+            .map_err(|e| write_err(&e))?;
+        (writer, keys, last_applied, membership)
+    };
+    keys.run(|bucket, key, value| writer.push(bucket, key, value).map_err(push_err)).map_err(|e| write_err(&e))?;
+    writer.finish().map_err(|e| write_err(&e))?;
+    Ok((last_applied, membership))
 }
 
 /// Whether `key` of `bucket` is Raft's bookkeeping (applied id, membership) rather than the store's data.
@@ -236,26 +261,9 @@ async fn blocking<T: Send + 'static>(
 impl RaftSnapshotBuilder<TypeConfig> for SnapshotBuilder {
     async fn build_snapshot(&mut self) -> Result<Snapshot, StorageError> {
         let (store, (file, path)) = (self.store.clone(), self.snapshot.temporary("build")?);
-        let write_err =
-            |e: &dyn std::fmt::Display| StorageIOError::write_snapshot(None, &io::Error::other(e.to_string()));
-        // The backend's applied id is at least the snapshot's (see `read_committed`), so the log entries
-        // the snapshot lets openraft purge are never needed again. Written entry by entry to the file.
+        // Written entry by entry to the file, apply waiting only for the small buckets.
         let build_path = path.clone();
-        let built = blocking(move || {
-            let (last_applied, membership) = read_committed(&store, |store, last_applied, membership| {
-                let mut writer =
-                    SnapshotWriter::new(file, last_applied, membership.clone()).map_err(|e| write_err(&e))?;
-                store
-                    .export_each(|bucket, key, value| {
-                        writer.push(bucket, key, value).map_err(|e| kv_api::Error::Internal(e.to_string()))
-                    })
-                    .map_err(|e| write_err(&e))?;
-                writer.finish().map_err(|e| write_err(&e))?;
-                Ok((last_applied, membership))
-            })?;
-            Ok((last_applied, membership))
-        })
-        .await;
+        let built = blocking(move || write_snapshot(&store, file)).await;
         let (last_applied, membership) = match built {
             Ok(built) => built,
             Err(err) => {
