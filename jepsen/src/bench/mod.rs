@@ -13,7 +13,7 @@
 //! - [`stats`]: latency percentiles and QPS; [`resources`]: RSS and CPU seconds from `/proc`.
 //! - [`table`]: rounds, medians and the printed table.
 //! - [`scale`]: `--scale`, one member of each target probed for many watchers, a large load,
-//!   compaction and defrag.
+//!   compaction and defrag, a slow watch consumer and one large Range.
 
 pub mod options;
 pub mod resources;

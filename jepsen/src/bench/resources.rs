@@ -1,5 +1,7 @@
 //! What a member process costs: its resident memory (`VmRSS` of `/proc/<pid>/status`) and the CPU
-//! time it has used (`utime + stime` of `/proc/<pid>/stat`), and the size of its data dir.
+//! time it has used (`utime + stime` of `/proc/<pid>/stat`), and the size of its data dir. Also its
+//! peak resident memory (`VmHWM`), which Linux lets the process's owner reset (see
+//! [`reset_peak_rss`]) so that a peak can be measured over one operation rather than a lifetime.
 //!
 //! The harness runs in a PID namespace of its own (see [`crate::netns`]) but `/proc` is still the
 //! host's, so the pid a member has in the namespace (what `Child::id` returns) is not its name in
@@ -35,6 +37,16 @@ struct Status {
     ns_pids: Vec<u32>,
     parent: u32,
     rss_bytes: u64,
+    /// The highest `rss_bytes` since the process started or its peak was last reset.
+    peak_rss_bytes: u64,
+}
+
+/// A process's resident memory now and at its peak.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
+pub struct Memory {
+    pub rss_bytes: u64,
+    /// `VmHWM`: the highest RSS since the process started or [`reset_peak_rss`].
+    pub peak_rss_bytes: u64,
 }
 
 /// The name `/proc` gives the process that is `ns_pid` in this harness's PID namespace and a child
@@ -58,6 +70,18 @@ pub fn usage(pid: u32) -> std::io::Result<Usage> {
         std::io::Error::new(std::io::ErrorKind::InvalidData, format!("unexpected /proc/{pid}/stat: {stat}"))
     })?;
     Ok(Usage { rss_bytes: status.rss_bytes, cpu_secs: ticks as f64 / TICKS_PER_SEC })
+}
+
+/// The resident memory of the process `/proc` calls `pid`, now and at its peak.
+pub fn memory(pid: u32) -> std::io::Result<Memory> {
+    let status = parse_status(&std::fs::read_to_string(format!("/proc/{pid}/status"))?);
+    Ok(Memory { rss_bytes: status.rss_bytes, peak_rss_bytes: status.peak_rss_bytes })
+}
+
+/// Sets the peak RSS (`VmHWM`) of the process `/proc` calls `pid` to its RSS now: writing 5 to
+/// `/proc/<pid>/clear_refs` (Linux 4.0 and later; only the process's owner or root may).
+pub fn reset_peak_rss(pid: u32) -> std::io::Result<()> {
+    std::fs::write(format!("/proc/{pid}/clear_refs"), "5")
 }
 
 /// The CPU seconds this harness (the benchmark's clients) has used so far.
@@ -91,15 +115,18 @@ fn parse_status(text: &str) -> Status {
         match key {
             "NSpid" => status.ns_pids = value.split_whitespace().filter_map(|p| p.parse().ok()).collect(),
             "PPid" => status.parent = value.parse().unwrap_or(0),
-            // "VmRSS:	  123456 kB"
-            "VmRSS" => {
-                let kib: u64 = value.split_whitespace().next().and_then(|n| n.parse().ok()).unwrap_or(0);
-                status.rss_bytes = kib * 1024;
-            }
+            "VmRSS" => status.rss_bytes = kib_field(value),
+            "VmHWM" => status.peak_rss_bytes = kib_field(value),
             _ => {}
         }
     }
     status
+}
+
+/// The bytes of a size field of `/proc/<pid>/status` (`"  123456 kB"`); 0 when unreadable.
+fn kib_field(value: &str) -> u64 {
+    let kib: u64 = value.split_whitespace().next().and_then(|n| n.parse().ok()).unwrap_or(0);
+    kib * 1024
 }
 
 /// `utime + stime` (fields 14 and 15) of a `/proc/<pid>/stat` line. The command name (field 2) is in
@@ -118,11 +145,14 @@ mod tests {
     use super::*;
 
     #[test]
-    fn status_gives_namespace_pids_parent_and_rss() {
+    fn status_gives_namespace_pids_parent_rss_and_its_peak() {
         let text = "Name:\traft-node\nUmask:\t0022\nState:\tS (sleeping)\nTgid:\t4242\nPid:\t4242\nPPid:\t4200\n\
-                    NSpid:\t4242\t7\nVmPeak:\t  999 kB\nVmRSS:\t   51200 kB\nThreads:\t5\n";
+                    NSpid:\t4242\t7\nVmPeak:\t  999 kB\nVmHWM:\t   81920 kB\nVmRSS:\t   51200 kB\nThreads:\t5\n";
         let status = parse_status(text);
-        assert_eq!(status, Status { ns_pids: vec![4242, 7], parent: 4200, rss_bytes: 51200 * 1024 });
+        let expected =
+            Status { ns_pids: vec![4242, 7], parent: 4200, rss_bytes: 51200 * 1024, peak_rss_bytes: 81920 * 1024 };
+        assert_eq!(status, expected);
+        assert_eq!(parse_status("VmHWM:\tlots kB\n").peak_rss_bytes, 0, "unreadable is 0");
         assert_eq!(parse_status("Name:\tkthreadd\n"), Status::default());
     }
 
@@ -141,10 +171,15 @@ mod tests {
         let mut child = std::process::Command::new("sleep").arg("10").spawn().expect("spawn sleep");
         let found = host_pid(child.id());
         let usage = found.map(usage);
+        let memory = found.map(memory);
+        let peak_reset = found.map(reset_peak_rss);
         let _ = child.kill();
         let _ = child.wait();
         assert_eq!(found, Some(child.id()));
         assert!(usage.expect("found").expect("usage").rss_bytes > 0);
+        let memory = memory.expect("found").expect("memory");
+        assert!(memory.peak_rss_bytes >= memory.rss_bytes && memory.rss_bytes > 0, "{memory:?}");
+        peak_reset.expect("found").expect("the owner may reset a child's peak RSS");
         assert_eq!(host_pid(u32::MAX), None, "no such process");
         assert!(own_cpu_secs() >= 0.0);
     }

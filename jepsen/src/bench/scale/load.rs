@@ -8,10 +8,11 @@ use serde::Serialize;
 
 use super::put;
 use super::server::Server;
+use crate::bench::options::Stop;
 use crate::error::Result;
 
 /// The loaded keys' prefix.
-const PREFIX: &str = "load/";
+pub const PREFIX: &str = "load/";
 
 /// What the load probe measured.
 #[derive(Debug, Clone, Default, PartialEq, Serialize)]
@@ -30,7 +31,7 @@ pub struct LoadMeasure {
 }
 
 pub async fn run(server: &Server, puts: u64, keys: u64, value_size: usize, timeout: Duration) -> Result<LoadMeasure> {
-    let (stats, first_error) = put::put_many(&server.url, PREFIX, keys, puts, value_size, timeout).await?;
+    let (stats, first_error) = put::put_many(&server.url, PREFIX, keys, Stop::Total(puts), value_size, timeout).await?;
     let rss_bytes = server.rss_bytes()?;
     Ok(LoadMeasure {
         puts,

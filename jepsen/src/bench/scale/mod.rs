@@ -9,6 +9,14 @@
 //!    connections): puts/s, and RSS right after.
 //! 3. [`maintenance`]: Compaction at the last revision and Defragment, each RPC's time to answer,
 //!    the slowest put of a concurrent writer during each, and RSS after both.
+//! 4. [`slow_consumer`]: puts at full speed for 10 s while one Watch stream of their prefix is
+//!    never read: puts/s, and the member's RSS growth over them.
+//! 5. [`large_range`]: one Range over every loaded key (no limit): its time, and the member's peak
+//!    RSS growth while it served it.
+//!
+//! The last two come after the maintenance so that the RSS rows before them stay comparable with
+//! earlier runs (a Go heap or an allocator keeps what a 200 MB answer used for a while), and the
+//! slow consumer comes before the Range so that the memory the Range frees cannot hide its growth.
 //!
 //! The report folder holds `scale.json` (everything measured, the writer's every put included),
 //! `scale.txt` (the table), `scale.png` (the writer's latency over time, one series per target,
@@ -17,12 +25,14 @@
 //! - [`options`]: the flags; [`server`]: the single member; [`put`]: the put the probes repeat;
 //!   [`table`]: the results and the table; [`page`]: `scale.html`.
 
+pub mod large_range;
 pub mod load;
 pub mod maintenance;
 pub mod options;
 pub mod page;
 pub mod put;
 pub mod server;
+pub mod slow_consumer;
 pub mod table;
 pub mod watchers;
 
@@ -125,6 +135,22 @@ async fn measure(opts: &BenchOptions, target: Target, dir: &Path) -> Result<Targ
         rss_mb = maintenance.rss_bytes >> 20,
         "maintenance measured"
     );
+    let slow_consumer = slow_consumer::run(&server, timeout).await?;
+    info!(
+        target = target.name(),
+        puts_per_sec = slow_consumer.puts_per_sec as u64,
+        rss_growth_mb = slow_consumer.rss_growth_bytes >> 20,
+        events_after = slow_consumer.events_after,
+        "slow consumer measured"
+    );
+    let large_range = large_range::run(&server).await?;
+    info!(
+        target = target.name(),
+        keys = large_range.keys,
+        secs = large_range.secs,
+        peak_growth_mb = large_range.peak_growth_bytes >> 20,
+        "large range measured"
+    );
     server.member.kill()?;
     if !opts.keep_data {
         server.member.wipe_data()?;
@@ -138,6 +164,8 @@ async fn measure(opts: &BenchOptions, target: Target, dir: &Path) -> Result<Targ
         watch,
         load,
         maintenance,
+        slow_consumer,
+        large_range,
         duration_secs: started.elapsed().as_secs_f64(),
     })
 }

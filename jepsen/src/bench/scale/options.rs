@@ -17,7 +17,8 @@ const DEFAULT_QUOTA_BYTES: u64 = 8 * 1024 * 1024 * 1024;
 #[derive(Debug, Clone, Args, Serialize)]
 pub struct ScaleOptions {
     /// scale mode: one fresh single-member server per target (etcd first, then ours), probed for
-    /// many watchers, a large load, compaction and defrag; prints one table and writes
+    /// many watchers, a large load, compaction and defrag, a Watch stream left unread while writers
+    /// put, and one Range of the whole load; prints one table and writes
     /// `scale.json`, `scale.png` and `scale.html` (ignores --workloads, --rounds, --duration)
     #[arg(long, conflicts_with = "memory")]
     pub scale: bool,

@@ -8,8 +8,9 @@ use std::future::Future;
 use proto::etcdserverpb as pb;
 use tonic::transport::Channel;
 
+use crate::bench::options::Stop;
+use crate::bench::stats::Stats;
 use crate::bench::workload::{connect_all, drive, Caller};
-use crate::bench::{options::Stop, stats::Stats};
 use crate::error::Result;
 
 /// etcd's benchmark shape for a heavy put load (`put --clients 100 --conns 10`).
@@ -48,20 +49,20 @@ impl Caller for CyclingPut {
     }
 }
 
-/// `total` puts over `keys` keys of `prefix` from [`CLIENTS`] clients on [`CONNS`] connections to
-/// `url`; the first error any client saw comes with the stats.
+/// Puts over `keys` keys of `prefix` from [`CLIENTS`] clients on [`CONNS`] connections to `url`
+/// until `stop` (a total of puts, or a time); the first error any client saw comes with the stats.
 pub async fn put_many(
     url: &str,
     prefix: &'static str,
     keys: u64,
-    total: u64,
+    stop: Stop,
     value_size: usize,
     timeout: std::time::Duration,
 ) -> Result<(Stats, Option<String>)> {
     let channels = connect_all(&[url.to_string()], CONNS).await?;
     let callers =
         (0..CLIENTS).map(|c| CyclingPut::new(channels[c % channels.len()].clone(), prefix, keys, value_size)).collect();
-    Ok(drive(callers, Stop::Total(total), timeout).await)
+    Ok(drive(callers, stop, timeout).await)
 }
 
 #[cfg(test)]

@@ -1,7 +1,8 @@
 //! The one member a scale probe runs against: a single-member cluster of ours or of etcd on
 //! 127.0.0.11 in the harness's private namespaces (see [`crate::netns`]), on a fresh data dir, with
-//! the quota both get. Also what the probes read from it besides gRPC: its RSS from `/proc`, and a
-//! counter of its Prometheus `/metrics` page.
+//! the quota both get. Also what the probes read from it besides gRPC: its RSS from `/proc` (its pid
+//! there for the probes that read more, see [`resources`]), and a counter of its Prometheus
+//! `/metrics` page.
 
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
@@ -72,11 +73,17 @@ impl Server {
 
     /// The member's resident memory now, in bytes.
     pub fn rss_bytes(&self) -> Result<u64> {
-        let pid = self.member.pid().and_then(resources::host_pid).ok_or_else(|| {
-            Error::Setup(format!("{} is not running; see {}", self.target.name(), self.member.log_path().display()))
-        })?;
+        let pid = self.host_pid()?;
         let usage = resources::usage(pid).map_err(Error::system(format!("read /proc/{pid}")))?;
         Ok(usage.rss_bytes)
+    }
+
+    /// The member's name in `/proc` (finding it scans `/proc`: a probe that reads the member's
+    /// memory often asks once).
+    pub fn host_pid(&self) -> Result<u32> {
+        self.member.pid().and_then(resources::host_pid).ok_or_else(|| {
+            Error::Setup(format!("{} is not running; see {}", self.target.name(), self.member.log_path().display()))
+        })
     }
 
     /// The member's log file.

@@ -5,8 +5,10 @@ use std::fmt::Write as _;
 
 use serde::Serialize;
 
+use super::large_range::{LargeRangeMeasure, PeakSource};
 use super::load::LoadMeasure;
 use super::maintenance::MaintenanceMeasure;
+use super::slow_consumer::{SlowConsumerMeasure, WRITE_TIME};
 use super::watchers::WatchMeasure;
 use crate::bench::table::align;
 use crate::options::Target;
@@ -21,6 +23,8 @@ pub struct TargetResult {
     pub watch: WatchMeasure,
     pub load: LoadMeasure,
     pub maintenance: MaintenanceMeasure,
+    pub slow_consumer: SlowConsumerMeasure,
+    pub large_range: LargeRangeMeasure,
     pub duration_secs: f64,
 }
 
@@ -31,6 +35,8 @@ impl TargetResult {
             ("watch", &self.watch.first_error),
             ("load", &self.load.first_error),
             ("maintenance", &self.maintenance.first_error),
+            ("slow consumer", &self.slow_consumer.first_error),
+            ("large range", &self.large_range.first_error),
         ];
         probes.iter().filter_map(|(probe, error)| error.as_ref().map(|e| format!("{probe}: {e}"))).collect()
     }
@@ -46,6 +52,7 @@ struct Probe {
 fn probes(first: &TargetResult) -> Vec<Probe> {
     let w = &first.watch;
     let l = &first.load;
+    let s = &first.slow_consumer;
     let per_stream = w.watchers.div_ceil(w.streams.max(1));
     let probe = |label: String, value: fn(&TargetResult) -> f64, decimals| Probe { label, value, decimals };
     vec![
@@ -84,6 +91,18 @@ fn probes(first: &TargetResult) -> Vec<Probe> {
             |r| r.maintenance.slowest_put_during_defrag_ms,
             1,
         ),
+        probe(
+            format!(
+                "slow consumer: puts/s of {} B for {} s, one Watch stream unread",
+                s.value_size,
+                WRITE_TIME.as_secs()
+            ),
+            |r| r.slow_consumer.puts_per_sec,
+            0,
+        ),
+        probe("RSS growth MB over those puts".into(), |r| r.slow_consumer.rss_growth_bytes as f64 / MB, 0),
+        probe(format!("one Range of all {} loaded keys (no limit), s", l.keys), |r| r.large_range.secs, 3),
+        probe("peak RSS growth MB during that Range".into(), |r| r.large_range.peak_growth_bytes as f64 / MB, 0),
     ]
 }
 
@@ -120,6 +139,29 @@ pub fn render(results: &[TargetResult]) -> String {
             m.compaction.end_secs - m.compaction.start_secs,
             if m.compaction_done_reported { "its /metrics reported it done" } else { "the answer" },
             m.writer_puts.len(),
+        );
+        let s = &result.slow_consumer;
+        let _ = writeln!(
+            out,
+            "{}: the slow watcher, read again, got {} events for {} puts in {:.1} s{}",
+            result.target.name(),
+            s.events_after,
+            s.puts,
+            s.drain_secs,
+            s.watch_ended.as_ref().map(|why| format!(" ({why})")).unwrap_or_default(),
+        );
+        let r = &result.large_range;
+        let _ = writeln!(
+            out,
+            "{}: the Range answered {} keys, {:.0} MB; peak from {}",
+            result.target.name(),
+            r.keys,
+            r.response_bytes as f64 / MB,
+            match r.peak_source {
+                PeakSource::ResetHighWaterMark => "VmHWM reset before it",
+                PeakSource::NewHighWaterMark => "VmHWM (not reset, a new lifetime peak)",
+                PeakSource::Sampled => "RSS sampled every 10 ms (VmHWM not reset, no new lifetime peak)",
+            },
         );
         for error in result.errors() {
             let _ = writeln!(out, "{}: ERROR {error}", result.target.name());
@@ -158,6 +200,22 @@ mod tests {
                 compaction: Interval { start_secs: 2.0, end_secs: 3.0 },
                 ..MaintenanceMeasure::default()
             },
+            slow_consumer: SlowConsumerMeasure {
+                value_size: 1024,
+                puts: 30_000,
+                puts_per_sec: 3000.0,
+                rss_growth_bytes: (-10.0 * scale * MB) as i64,
+                events_after: 30_000,
+                drain_secs: 1.5,
+                ..SlowConsumerMeasure::default()
+            },
+            large_range: LargeRangeMeasure {
+                keys: 2000,
+                response_bytes: (2.0 * MB) as u64,
+                secs: 0.5 * scale,
+                peak_growth_bytes: (40.0 * MB) as u64,
+                ..LargeRangeMeasure::default()
+            },
             duration_secs: 10.0,
         }
     }
@@ -178,8 +236,17 @@ mod tests {
         assert_eq!(cells(&table, "load 4000 puts of 1024 B (2000 keys)")[1..], ["900", "900", "1.00"]);
         assert_eq!(cells(&table, "Compaction RPC")[1..], ["0.250", "0.500", "2.00"]);
         assert_eq!(cells(&table, "slowest put of a concurrent writer during defrag")[1..], ["0.0", "0.0", "-"]);
-        assert_eq!(table.lines().filter(|l| !l.starts_with("etcd:") && !l.starts_with("ours:")).count(), 12);
+        assert_eq!(cells(&table, "slow consumer: puts/s of 1024 B for 10 s")[1..], ["3000", "3000", "1.00"]);
+        assert_eq!(cells(&table, "RSS growth MB over those puts")[1..], ["-10", "-20", "2.00"]);
+        assert_eq!(cells(&table, "one Range of all 2000 loaded keys (no limit), s")[1..], ["0.500", "1.000", "2.00"]);
+        assert_eq!(cells(&table, "peak RSS growth MB during that Range")[1..], ["40", "40", "1.00"]);
+        assert_eq!(table.lines().filter(|l| !l.starts_with("etcd:") && !l.starts_with("ours:")).count(), 16);
         assert!(table.contains("etcd: compaction at revision 5000 took 1.000 s until the answer"), "{table}");
+        assert!(
+            table.contains("ours: the slow watcher, read again, got 30000 events for 30000 puts in 1.5 s\n"),
+            "{table}"
+        );
+        assert!(table.contains("etcd: the Range answered 2000 keys, 2 MB; peak from VmHWM reset before it"), "{table}");
         assert!(!table.contains("ERROR"), "{table}");
     }
 
@@ -187,9 +254,11 @@ mod tests {
     fn one_target_has_one_column_and_errors_are_shown() {
         let mut ours = result(Target::Ours, 1.0);
         ours.load.first_error = Some("Unavailable: gone".into());
+        ours.slow_consumer.watch_ended = Some("the Watch stream ended".into());
         let table = render(&[ours]);
         assert_eq!(cells(&table, "probe"), ["probe", "ours"]);
         assert!(table.contains("ours: ERROR load: Unavailable: gone"), "{table}");
+        assert!(table.contains("in 1.5 s (the Watch stream ended)"), "{table}");
         assert_eq!(render(&[]), "");
     }
 }

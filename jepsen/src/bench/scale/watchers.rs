@@ -21,6 +21,7 @@ use tonic::transport::Channel;
 use super::options::ScaleOptions;
 use super::put::{self, key};
 use super::server::Server;
+use crate::bench::options::Stop;
 use crate::bench::workload::connect_all;
 use crate::client;
 use crate::error::{Error, Result};
@@ -96,7 +97,7 @@ pub async fn run(server: &Server, opts: &ScaleOptions, timeout: Duration) -> Res
 
     let puts_started = Instant::now();
     let (stats, put_error) =
-        put::put_many(&server.url, PREFIX, keys, opts.watch_puts, opts.value_size(), timeout).await?;
+        put::put_many(&server.url, PREFIX, keys, Stop::Total(opts.watch_puts), opts.value_size(), timeout).await?;
     let expected_events = expected_events(opts.watchers, keys, opts.watch_puts);
     let (received, last_event) = wait_for_events(&events, expected_events, puts_started, STALL).await;
     drop(guard);
