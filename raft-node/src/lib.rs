@@ -9,6 +9,7 @@
 //! - [`identity`]: the ids fixed at first boot, kept in the data dir.
 //! - [`typ`]: the openraft type configuration and aliases.
 //! - [`storage`]: the sled log store, the sled [`kv_api::Backend`] and the state machine (with snapshots).
+//! - [`snapshot_policy`]: when a member builds a snapshot (etcd's count, and the log's growth against the store).
 //! - [`dial`]: how this member dials its peers (own peer IP, TLS for `https://`).
 //! - [`connectivity`]: since when each peer has answered without a break (for `--strict-reconfig-check`).
 //! - [`network`]: outbound Raft RPC to peers (tonic, `raftpb`).
@@ -73,6 +74,7 @@ pub mod read_index;
 pub mod reconfig;
 pub mod restore;
 pub mod server;
+pub mod snapshot_policy;
 pub mod storage;
 pub mod tls;
 pub mod typ;

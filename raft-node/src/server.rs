@@ -164,7 +164,8 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> anyhow::
         // 1.5 to 2 election timeouts after the old one's last heartbeat, close to etcd's 1 to 2.
         election_timeout_min: config.election_timeout / 2,
         election_timeout_max: config.election_timeout,
-        snapshot_policy: openraft::SnapshotPolicy::LogsSinceLast(config.snapshot_count),
+        // Built when `snapshot_policy` says (the count, and the log's growth against the store's size).
+        snapshot_policy: openraft::SnapshotPolicy::Never,
         // Entries kept behind a snapshot for slow followers (etcd: --experimental-snapshot-catchup-entries,
         // 5000); a follower further behind catches up by snapshot install.
         max_in_snapshot_log_to_keep: config.snapshot_count.min(settings.snapshot_catchup_entries),
@@ -174,6 +175,7 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> anyhow::
     .context("invalid Raft timing (heartbeat interval must be below the election timeout)")?;
     let connectivity = crate::connectivity::Connectivity::default();
     let network = PeerNetwork::new(dialer.clone(), connectivity.clone());
+    let appended = log_store.appended_bytes();
     let raft = Raft::new(identity.member_id, Arc::new(raft_config), network.clone(), log_store, state_machine)
         .await
         .context("starting Raft")?;
@@ -238,6 +240,7 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> anyhow::
             Ok(request)
         }
     };
+    tokio::spawn(crate::snapshot_policy::run(raft.clone(), store.clone(), appended, config.snapshot_count));
     let lease = pb::lease_server::LeaseServer::new(LeaseService::new(consensus.clone(), store.clone(), api.clone()));
     tokio::spawn(lease_expiry::expire_leases(leader.clone()));
     let compaction = &config.clustering;

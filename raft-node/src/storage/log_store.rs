@@ -15,6 +15,7 @@ use std::collections::VecDeque;
 use std::fmt::Debug;
 use std::io;
 use std::ops::{Bound, RangeBounds};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
 use openraft::storage::{LogFlushed, LogState, RaftLogStorage};
@@ -45,6 +46,8 @@ pub struct LogStore {
     /// each follower reads an entry right after its append, and decoding it again from sled for every
     /// follower cost the leader more than anything else replication does.
     tail: Arc<Mutex<Tail>>,
+    /// Encoded bytes appended by this process (what the snapshot policy weighs against the store's size).
+    appended: Arc<AtomicU64>,
     /// `--unsafe-no-fsync`: appends and votes are acknowledged unflushed (sled's flusher still writes them
     /// within half a second). A crash can lose acknowledged writes.
     no_fsync: bool,
@@ -113,8 +116,14 @@ impl Tail {
 impl LogStore {
     pub fn open(db: &sled::Db) -> Result<Self, StorageError> {
         let open = |name: &str| db.open_tree(name).map_err(|e| StorageIOError::read_logs(&e));
-        let log =
-            Self { db: db.clone(), logs: open(LOGS)?, state: open(RAFT_STATE)?, tail: Arc::default(), no_fsync: false };
+        let log = Self {
+            db: db.clone(),
+            logs: open(LOGS)?,
+            state: open(RAFT_STATE)?,
+            tail: Arc::default(),
+            appended: Arc::default(),
+            no_fsync: false,
+        };
         log.remove_unfinished_entry()?;
         Ok(log)
     }
@@ -178,6 +187,11 @@ impl LogStore {
     }
 
     /// `--unsafe-no-fsync`: acknowledge appends and votes without flushing them.
+    /// The count of encoded bytes this process appended, shared.
+    pub fn appended_bytes(&self) -> Arc<AtomicU64> {
+        self.appended.clone()
+    }
+
     pub fn without_fsync(self, no_fsync: bool) -> Self {
         Self { no_fsync, ..self }
     }
@@ -380,6 +394,7 @@ impl RaftLogStorage<TypeConfig> for LogStore {
                 }
             }
             self.remember(entry, size);
+            self.appended.fetch_add(size as u64, Ordering::Relaxed);
         }
         // Entries are readable now; they are reported persisted only once on disk.
         match self.flush().await {
