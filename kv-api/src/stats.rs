@@ -23,6 +23,27 @@ pub fn read(counter: &AtomicU64) -> u64 {
     counter.load(Ordering::Relaxed)
 }
 
+/// Watch streams open (etcd's `watch_stream_total` gauge).
+pub static WATCH_STREAMS: AtomicU64 = AtomicU64::new(0);
+/// Watchers registered (etcd's `watcher_total` gauge).
+pub static WATCHERS: AtomicU64 = AtomicU64::new(0);
+
+/// Counts one more in `gauge` until dropped.
+pub(crate) struct Held(&'static AtomicU64);
+
+impl Held {
+    pub(crate) fn new(gauge: &'static AtomicU64) -> Self {
+        gauge.fetch_add(1, Ordering::Relaxed);
+        Self(gauge)
+    }
+}
+
+impl Drop for Held {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::Relaxed);
+    }
+}
+
 /// Revisions the compactor deleted (etcd's `db_compaction_keys_total`).
 pub static COMPACTED_KEYS: AtomicU64 = AtomicU64::new(0);
 

@@ -317,6 +317,13 @@ pub fn render(view: &MemberView) -> String {
         ("etcd_mvcc_delete_total", "etcd_debugging_mvcc_delete_total", "deletes", &stats::DELETES),
         ("etcd_mvcc_txn_total", "etcd_debugging_mvcc_txn_total", "txns", &stats::TXNS),
     ];
+    let watch_gauges = [
+        ("etcd_debugging_mvcc_watch_stream_total", "Total number of watch streams.", &stats::WATCH_STREAMS),
+        ("etcd_debugging_mvcc_watcher_total", "Total number of watchers.", &stats::WATCHERS),
+    ];
+    for (name, help, gauge) in watch_gauges {
+        out.labelled(name, help, GAUGE, &[(&[], stats::read(gauge) as f64)]);
+    }
     for (name, debugging_name, what, counter) in operations {
         let help = format!("Total number of {what} seen by this member.");
         let value = stats::read(counter) as f64;

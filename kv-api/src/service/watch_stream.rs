@@ -109,6 +109,7 @@ impl<C: Consensus> WatchStream<C> {
 
     /// Serves the stream until the client leaves or the server ends it.
     pub(crate) async fn run(mut self, mut inbound: Streaming<pb::WatchRequest>) {
+        let _open = crate::stats::Held::new(&crate::stats::WATCH_STREAMS);
         let period = self.config.progress_interval();
         let mut ticker = tokio::time::interval_at(tokio::time::Instant::now() + period, period);
         ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);

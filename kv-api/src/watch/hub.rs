@@ -157,6 +157,7 @@ impl WatchHub {
             state.ranges.push(key);
         }
         state.slots.insert(key, Slot { range, signal, synced, lost_from: 0, pending: Vec::new() });
+        crate::stats::WATCHERS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         Registered { key, revision, start, synced }
     }
 
@@ -166,6 +167,7 @@ impl WatchHub {
         let Some(slot) = state.slots.remove(&key) else {
             return;
         };
+        crate::stats::WATCHERS.fetch_sub(1, std::sync::atomic::Ordering::Relaxed);
         if slot.range.range_end.is_empty() {
             if let Some(keys) = state.by_key.get_mut(&slot.range.key) {
                 keys.retain(|k| *k != key);

@@ -39,5 +39,6 @@ mod util;
 mod watch_client;
 mod watch_cluster;
 mod watch_etcdctl;
+mod watch_gauges;
 mod watch_random;
 mod watch_util;

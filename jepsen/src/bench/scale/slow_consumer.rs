@@ -114,11 +114,14 @@ pub async fn run(server: &Server, timeout: Duration) -> Result<SlowConsumerMeasu
 /// The unread watcher: its response half, and the client whose channel keeps its connection.
 struct SlowWatch {
     _client: pb::watch_client::WatchClient<Channel>,
+    /// Keeps the request half open.
+    _open: futures::channel::mpsc::Sender<pb::WatchRequest>,
     stream: Streaming<pb::WatchResponse>,
 }
 
 /// Opens the watcher of [`PREFIX`] on a connection of its own and waits for the member to confirm
-/// it. The request half never ends (ending it would cancel the watcher).
+/// it. The request half stays open until the [`SlowWatch`] is dropped; then it ends and the HTTP/2
+/// stream is reset, so the member cancels the watcher.
 async fn open_watch(server: &Server) -> Result<SlowWatch> {
     let channel = connect(&server.url).await?;
     let create = pb::WatchCreateRequest {
@@ -127,14 +130,15 @@ async fn open_watch(server: &Server) -> Result<SlowWatch> {
         ..Default::default()
     };
     let request = pb::WatchRequest { request_union: Some(pb::watch_request::RequestUnion::CreateRequest(create)) };
-    let requests = futures::stream::iter([request]).chain(futures::stream::pending());
+    let (open, rest) = futures::channel::mpsc::channel::<pb::WatchRequest>(1);
+    let requests = futures::stream::iter([request]).chain(rest);
     let setup = |why: String| Error::Setup(format!("slow consumer: {why}"));
     let opened = async {
         let mut watch = pb::watch_client::WatchClient::new(channel);
         let answer = watch.watch(requests).await.map_err(|s| setup(format!("Watch: {}", client::describe(&s))))?;
         let mut stream = answer.into_inner();
         match stream.message().await {
-            Ok(Some(response)) if response.created && !response.canceled => Ok(SlowWatch { _client: watch, stream }),
+            Ok(Some(response)) if response.created && !response.canceled => Ok(SlowWatch { _client: watch, _open: open, stream }),
             Ok(Some(response)) => Err(setup(format!("the watcher was not created: {response:?}"))),
             Ok(None) => Err(setup("the Watch stream ended before the watcher was created".into())),
             Err(status) => Err(setup(format!("Watch stream: {}", client::describe(&status)))),

@@ -172,8 +172,12 @@ impl StreamWatch {
             let create = pb::WatchCreateRequest { key, ..Default::default() };
             pb::WatchRequest { request_union: Some(pb::watch_request::RequestUnion::CreateRequest(create)) }
         });
-        // The request stream stays open: ending it would cancel the watchers.
-        let requests = futures::stream::iter(creates.collect::<Vec<_>>()).chain(futures::stream::pending());
+        // The request stream stays open while this task lives: `_open` ends it when the task is dropped
+        // (aborted), so that the HTTP/2 stream is reset and the member cancels the watchers. (A stream
+        // that never ended, driven by the connection rather than this task, kept 100k watchers and their
+        // memory on both members through every later probe.)
+        let (_open, rest) = futures::channel::mpsc::channel::<pb::WatchRequest>(1);
+        let requests = futures::stream::iter(creates.collect::<Vec<_>>()).chain(rest);
         let mut client = pb::watch_client::WatchClient::new(self.channel);
         let mut stream = match client.watch(requests).await {
             Ok(response) => response.into_inner(),
