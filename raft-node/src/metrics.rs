@@ -317,6 +317,25 @@ pub fn render(view: &MemberView) -> String {
         ("etcd_mvcc_delete_total", "etcd_debugging_mvcc_delete_total", "deletes", &stats::DELETES),
         ("etcd_mvcc_txn_total", "etcd_debugging_mvcc_txn_total", "txns", &stats::TXNS),
     ];
+    // Where the memory goes, as the allocator sees it (etcd has Go's `go_memstats_*` for this): bytes the
+    // member's data structures hold, and the allocator's pages. Zero in a binary that does not allocate
+    // with jemalloc.
+    let _ = tikv_jemalloc_ctl::epoch::advance();
+    let allocator = [
+        (
+            "raft_node_allocator_allocated_bytes",
+            "Bytes allocated by the member and not yet freed (including pages never written to).",
+            tikv_jemalloc_ctl::stats::allocated::read().unwrap_or(0),
+        ),
+        (
+            "raft_node_allocator_resident_bytes",
+            "Bytes in the allocator's data pages, allocated or free to reuse: an upper bound of its resident memory.",
+            tikv_jemalloc_ctl::stats::resident::read().unwrap_or(0),
+        ),
+    ];
+    for (name, help, bytes) in allocator {
+        out.labelled(name, help, GAUGE, &[(&[], bytes as f64)]);
+    }
     let watch_gauges = [
         ("etcd_debugging_mvcc_watch_stream_total", "Total number of watch streams.", &stats::WATCH_STREAMS),
         ("etcd_debugging_mvcc_watcher_total", "Total number of watchers.", &stats::WATCHERS),

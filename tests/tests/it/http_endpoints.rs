@@ -166,6 +166,10 @@ async fn metrics_count_what_the_cluster_does() -> anyhow::Result<()> {
         assert!(metrics.value("etcd_server_leader_changes_seen_total", &[]) >= 1.0);
         assert_eq!(metrics.value("etcd_server_id", &[("server_id", &format!("{:x}", ids[i]))]), 1.0);
         assert!(metrics.value("etcd_mvcc_db_total_size_in_bytes", &[]) > 0.0);
+        // What the member's allocator holds: some, and no more than it has pages for.
+        let allocated = metrics.value("raft_node_allocator_allocated_bytes", &[]);
+        assert!(allocated > 1e6, "{allocated}");
+        assert!(metrics.value("raft_node_allocator_resident_bytes", &[]) >= allocated);
         if i == leader {
             before = metrics;
         }
