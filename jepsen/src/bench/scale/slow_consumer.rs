@@ -138,7 +138,9 @@ async fn open_watch(server: &Server) -> Result<SlowWatch> {
         let answer = watch.watch(requests).await.map_err(|s| setup(format!("Watch: {}", client::describe(&s))))?;
         let mut stream = answer.into_inner();
         match stream.message().await {
-            Ok(Some(response)) if response.created && !response.canceled => Ok(SlowWatch { _client: watch, _open: open, stream }),
+            Ok(Some(response)) if response.created && !response.canceled => {
+                Ok(SlowWatch { _client: watch, _open: open, stream })
+            }
             Ok(Some(response)) => Err(setup(format!("the watcher was not created: {response:?}"))),
             Ok(None) => Err(setup("the Watch stream ended before the watcher was created".into())),
             Err(status) => Err(setup(format!("Watch stream: {}", client::describe(&status)))),
