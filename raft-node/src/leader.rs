@@ -35,6 +35,8 @@ pub struct Leader {
     pub cluster_id: u64,
     pub token: String,
     pub election_timeout: Duration,
+    /// openraft's leader lease: how long a follower refuses votes after hearing from its leader.
+    pub vote_lease: Duration,
     pub request_timeout: Duration,
     pub forwarder: Forwarder,
     pub clock: ElectionClock,
@@ -289,7 +291,8 @@ impl Leader {
     }
 
     /// Leadership transfer. openraft 0.9 has no transfer (etcd's MsgTimeoutNow): a follower refuses to vote
-    /// while its leader lease (the election timeout) runs since it last heard from the leader. So the leader
+    /// while its leader lease (three heartbeat intervals, see `server.rs`) runs since it last heard from the
+    /// leader. So the leader
     /// holds back new requests and heartbeats, lets the target catch up, waits out the lease and asks the
     /// target to campaign; the target wins before the other followers' election clocks fire. Answers the
     /// new leader, which is `target` unless another member's campaign won the race.
@@ -324,9 +327,8 @@ impl Leader {
                 .await
                 .map_err(|_| Error::BadLeaderTransferee)?
                 .map_err(|_| Error::Stopped)?;
-            // openraft's leader lease is the maximum election timeout (--election-timeout here), counted
-            // from the last append the followers got.
-            tokio::time::sleep(self.election_timeout + LEASE_MARGIN).await;
+            // openraft's leader lease, counted from the last append the followers got.
+            tokio::time::sleep(self.vote_lease + LEASE_MARGIN).await;
             self.forwarder.send(&node, &LeaderRequest::Campaign, self.election_timeout * 2).await?;
             // Granting the target's vote leaves this member without a leader until the target's first
             // append arrives: wait for a leader in a newer term, not for the old one to be gone.

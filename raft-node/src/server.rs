@@ -156,14 +156,17 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> anyhow::
     let watch_hub = state_machine.watch_hub().clone();
 
     let election = Duration::from_millis(config.election_timeout);
+    let vote_lease = Duration::from_millis(config.heartbeat_interval * 3);
     let raft_config = openraft::Config {
         cluster_name: config.initial_cluster_token.clone(),
         heartbeat_interval: config.heartbeat_interval,
-        // openraft's leader lease is the maximum election timeout, and a follower campaigns only after the
-        // lease plus a random timeout in [min, max): half an election timeout to one gives a new leader
-        // 1.5 to 2 election timeouts after the old one's last heartbeat, close to etcd's 1 to 2.
-        election_timeout_min: config.election_timeout / 2,
-        election_timeout_max: config.election_timeout,
+        // openraft's own election timer is off: elections are `election`'s (etcd's ticks and pre-vote).
+        // What is left of openraft's election timeout is its leader lease, in which a follower refuses a
+        // candidate's vote after hearing from its leader; pre-vote already keeps disruptive candidates
+        // out, and the lease is what a leadership hand-over waits out (`leader.rs`), so it is kept just
+        // above the heartbeat interval rather than at the election timeout.
+        election_timeout_min: config.heartbeat_interval * 2,
+        election_timeout_max: vote_lease.as_millis() as u64,
         // Built when `snapshot_policy` says (the count, and the log's growth against the store's size).
         snapshot_policy: openraft::SnapshotPolicy::Never,
         // Entries kept behind a snapshot for slow followers (etcd: --experimental-snapshot-catchup-entries,
@@ -203,6 +206,7 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> anyhow::
         cluster_id: identity.cluster_id,
         token: config.initial_cluster_token.clone(),
         election_timeout: election,
+        vote_lease,
         request_timeout: request_timeout(election),
         forwarder: forwarder.clone(),
         clock: clock.clone(),
