@@ -172,9 +172,19 @@ pub(crate) fn try_scan(
     bucket: Bucket,
     mut visit: impl FnMut(&[u8], &[u8]) -> crate::error::Result<()>,
 ) -> crate::error::Result<()> {
+    try_scan_while(backend, bucket, |key, value| visit(key, value).map(|()| true))
+}
+
+/// Visits the entries of `bucket` in key order while `visit` answers `Ok(true)`; stops at the first
+/// `Ok(false)` or error (which it returns).
+pub(crate) fn try_scan_while(
+    backend: &dyn Backend,
+    bucket: Bucket,
+    mut visit: impl FnMut(&[u8], &[u8]) -> crate::error::Result<bool>,
+) -> crate::error::Result<()> {
     let mut failure = None;
     backend.scan(bucket, &mut |key, value| match visit(key, value) {
-        Ok(()) => true,
+        Ok(more) => more,
         Err(err) => {
             failure = Some(err);
             false

@@ -23,7 +23,7 @@ use proto::mvccpb::{Event, KeyValue};
 
 use crate::alarm::{self, AlarmTable};
 use crate::auth::AuthStore;
-use crate::backend::{try_scan, Backend, BackendError, Bucket, Record, WriteBatch};
+use crate::backend::{try_scan, try_scan_while, Backend, BackendError, Bucket, Record, WriteBatch};
 use crate::compactor::{CompactionConfig, Compactor, Paused, META_FINISHED_COMPACT_REV};
 use crate::error::{Error, Result};
 use crate::index::{KeyRange, TreeIndex};
@@ -494,20 +494,12 @@ impl KeyExport {
 
     /// Visits the key bucket's entries up to the split's revision, in revision order.
     pub fn run(self, mut visit: impl FnMut(Bucket, &[u8], &[u8]) -> Result<()>) -> Result<()> {
-        let mut failure = None;
-        self.backend.scan(Bucket::Key, &mut |key, value| {
+        try_scan_while(&*self.backend, Bucket::Key, |key, value| {
             if Revision::from_bytes(key).is_some_and(|rev| rev.main > self.revision) {
-                return false;
+                return Ok(false);
             }
-            match visit(Bucket::Key, key, value) {
-                Ok(()) => true,
-                Err(err) => {
-                    failure = Some(err);
-                    false
-                }
-            }
-        })?;
-        failure.map_or(Ok(()), Err)
+            visit(Bucket::Key, key, value).map(|()| true)
+        })
     }
 }
 
