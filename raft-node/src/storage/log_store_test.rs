@@ -1,0 +1,181 @@
+//! Tests of [`super`]: appends, pieces, truncation, purge and restarts of the Raft log.
+
+use openraft::storage::RaftLogStorageExt;
+use openraft::{CommittedLeaderId, EntryPayload};
+
+use super::*;
+use crate::storage::open;
+
+fn blank(term: u64, index: u64) -> Entry {
+    Entry { log_id: LogId::new(CommittedLeaderId::new(term, 1), index), payload: EntryPayload::Blank }
+}
+
+/// An entry whose encoding takes several pieces (`kib` KiB of value), at `index` of `term`.
+fn large(term: u64, index: u64, kib: usize) -> Entry {
+    let put = kv_api::Command::Put(proto::etcdserverpb::PutRequest {
+        key: format!("k{index}").into_bytes(),
+        value: vec![(index % 251) as u8; kib << 10],
+        ..Default::default()
+    });
+    Entry {
+        log_id: LogId::new(CommittedLeaderId::new(term, 1), index),
+        payload: EntryPayload::Normal(std::sync::Arc::new(vec![put])),
+    }
+}
+
+/// Small and large entries alternating from `from` to `to`, of `term`.
+fn mixed(term: u64, from: u64, to: u64) -> Vec<Entry> {
+    (from..=to)
+        .map(|i| if i.is_multiple_of(2) { large(term, i, 20 + i as usize) } else { blank(term, i) })
+        .collect()
+}
+
+fn indexes(entries: &[Entry]) -> Vec<u64> {
+    entries.iter().map(|e| e.log_id.index).collect()
+}
+
+#[tokio::test]
+async fn log_vote_and_pointers_survive_a_restart() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    {
+        let (mut log, _sm, _store) = open(dir.path()).expect("open");
+        log.blocking_append((1..=10).map(|i| blank(1, i))).await.expect("append");
+        log.save_vote(&Vote::new(3, 2)).await.expect("vote");
+        log.save_committed(Some(blank(1, 8).log_id)).await.expect("committed");
+        log.purge(blank(1, 3).log_id).await.expect("purge");
+        log.truncate(blank(1, 9).log_id).await.expect("truncate");
+    }
+    {
+        let (mut log, _sm, _store) = crate::storage::reopen(dir.path());
+        let state = log.get_log_state().await.expect("state");
+        assert_eq!(state.last_purged_log_id, Some(blank(1, 3).log_id));
+        assert_eq!(state.last_log_id, Some(blank(1, 8).log_id));
+        assert_eq!(log.read_vote().await.expect("vote"), Some(Vote::new(3, 2)));
+        assert_eq!(log.read_committed().await.expect("committed"), Some(blank(1, 8).log_id));
+        let all = log.try_get_log_entries(..).await.expect("read");
+        assert_eq!(indexes(&all), (4..=8).collect::<Vec<_>>());
+        log.save_vote(&Vote::new_committed(4, 2)).await.expect("vote");
+    }
+    // A granted vote comes back as not yet granted, so that the member restarts as a follower.
+    let (mut log, _sm, _store) = crate::storage::reopen(dir.path());
+    assert_eq!(log.read_vote().await.expect("vote"), Some(Vote::new(4, 2)));
+}
+
+#[tokio::test]
+async fn the_tail_answers_as_sled_does_after_truncate_and_purge() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let (mut log, _sm, _store) = open(dir.path()).expect("open");
+    log.blocking_append((1..=10).map(|i| blank(1, i))).await.expect("append");
+    log.truncate(blank(1, 7).log_id).await.expect("truncate");
+    log.blocking_append((7..=12).map(|i| blank(2, i))).await.expect("append");
+    log.purge(blank(1, 3).log_id).await.expect("purge");
+    assert_eq!(log.tail.lock().front().map(|e| e.log_id.index), Some(4), "the tail serves these reads");
+    let mut sled_only = LogStore { tail: Arc::default(), ..log.clone() };
+    let ranges: Vec<(Bound<u64>, Bound<u64>)> = vec![
+        (Bound::Unbounded, Bound::Unbounded),
+        (Bound::Included(4), Bound::Unbounded),
+        (Bound::Included(6), Bound::Included(8)),
+        (Bound::Excluded(9), Bound::Excluded(12)),
+        (Bound::Included(11), Bound::Excluded(20)),
+        (Bound::Included(13), Bound::Unbounded),
+        (Bound::Included(8), Bound::Excluded(8)),
+    ];
+    for range in ranges {
+        let tail = log.try_get_log_entries(range).await.expect("read");
+        let sled = sled_only.try_get_log_entries(range).await.expect("read");
+        let ids = |entries: &[Entry]| entries.iter().map(|e| e.log_id).collect::<Vec<_>>();
+        assert_eq!(ids(&tail), ids(&sled), "{range:?}");
+    }
+    let all = log.try_get_log_entries(..).await.expect("read");
+    assert_eq!(indexes(&all), (4..=12).collect::<Vec<_>>());
+    assert_eq!(all[5].log_id, blank(2, 9).log_id, "the truncated entries are gone");
+}
+
+#[tokio::test]
+async fn reads_take_any_range_form() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let (mut log, _sm, _store) = open(dir.path()).expect("open");
+    log.blocking_append((0..=5).map(|i| blank(1, i))).await.expect("append");
+    let cases: Vec<(Vec<Entry>, Vec<u64>)> = vec![
+        (log.try_get_log_entries(2..4).await.expect("read"), vec![2, 3]),
+        (log.try_get_log_entries(2..=4).await.expect("read"), vec![2, 3, 4]),
+        (log.try_get_log_entries(4..).await.expect("read"), vec![4, 5]),
+        (log.try_get_log_entries(..2).await.expect("read"), vec![0, 1]),
+        (log.try_get_log_entries(3..3).await.expect("read"), vec![]),
+        #[allow(clippy::reversed_empty_ranges)]
+        (log.try_get_log_entries(4..2).await.expect("read"), vec![]),
+        (log.try_get_log_entries(9..).await.expect("read"), vec![]),
+    ];
+    for (got, want) in cases {
+        assert_eq!(indexes(&got), want);
+    }
+}
+
+#[tokio::test]
+async fn large_entries_are_stored_in_pieces_and_read_back_whole() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let written = mixed(1, 1, 12);
+    {
+        let (mut log, _sm, _store) = open(dir.path()).expect("open");
+        log.blocking_append(written.clone()).await.expect("append");
+        assert!(log.logs.iter().keys().any(|k| k.expect("key").len() == 12), "large entries went in pieces");
+        let mut sled_only = LogStore { tail: Arc::default(), ..log.clone() };
+        for range in [(Bound::Included(2), Bound::Included(6)), (Bound::Excluded(2), Bound::Excluded(6))] {
+            let want: Vec<Entry> = written.iter().filter(|e| range.contains(&e.log_id.index)).cloned().collect();
+            assert_eq!(sled_only.try_get_log_entries(range).await.expect("read"), want, "{range:?}");
+        }
+        log.truncate(large(1, 10, 30).log_id).await.expect("truncate");
+        log.purge(large(1, 4, 24).log_id).await.expect("purge");
+    }
+    let (mut log, _sm, _store) = crate::storage::reopen(dir.path());
+    let all = log.try_get_log_entries(..).await.expect("read");
+    assert_eq!(all, written[4..9].to_vec(), "entries 5 to 9, whole, in order");
+    assert_eq!(log.get_log_state().await.expect("state").last_log_id, Some(written[8].log_id));
+    let first_key = log.logs.first().expect("read").expect("an entry").0;
+    assert_eq!(&first_key[..8], &index_key(5), "the purged entry 4 left no piece behind");
+}
+
+#[tokio::test]
+async fn an_append_cut_short_by_a_crash_leaves_the_entries_before_it() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    {
+        let (mut log, _sm, _store) = open(dir.path()).expect("open");
+        log.blocking_append(mixed(1, 1, 4)).await.expect("append");
+        // What a crash part way through the next append leaves: a prefix of entry 5's pieces.
+        let bytes = encode(&large(1, 5, 40)).expect("encode");
+        let pieces = Chunks::split(5, &bytes);
+        assert!(pieces.len() > 2);
+        for (key, piece) in pieces.into_iter().take(2) {
+            log.logs.insert(key, piece).expect("insert");
+        }
+        log.db.flush().expect("flush");
+        assert_eq!(log.get_log_state().await.expect("state").last_log_id.map(|id| id.index), Some(4));
+    }
+    let (mut log, _sm, _store) = crate::storage::reopen(dir.path());
+    assert_eq!(log.get_log_state().await.expect("state").last_log_id.map(|id| id.index), Some(4));
+    assert_eq!(log.logs.range(index_key(5)..).count(), 0, "the unfinished entry's pieces are removed");
+    log.blocking_append([large(2, 5, 40)]).await.expect("the entry is appended again");
+    assert_eq!(indexes(&log.try_get_log_entries(..).await.expect("read")), vec![1, 2, 3, 4, 5]);
+}
+
+#[tokio::test]
+async fn the_tail_keeps_a_bounded_number_of_bytes() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let (mut log, _sm, _store) = open(dir.path()).expect("open");
+    // 40 entries of 1 MiB: more than the tail's bytes, fewer than its entries.
+    log.blocking_append((1..=40).map(|i| large(1, i, 1024))).await.expect("append");
+    let tail = log.tail.lock();
+    assert!(tail.bytes <= TAIL_BYTES && tail.bytes > TAIL_BYTES / 2, "{} bytes", tail.bytes);
+    assert_eq!(tail.back().map(|e| e.log_id.index), Some(40));
+    assert_eq!(tail.bytes, tail.entries.iter().map(|(_, size)| size).sum::<usize>());
+}
+
+#[tokio::test]
+async fn a_key_that_names_no_entry_is_an_error_not_a_panic() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let (mut log, _sm, _store) = open(dir.path()).expect("open");
+    log.blocking_append(mixed(1, 1, 2)).await.expect("append");
+    log.logs.insert([1u8, 2, 3], &b"junk"[..]).expect("insert");
+    let err = log.get_log_state().await.expect_err("refused");
+    assert!(err.to_string().contains("a key shorter than an index"), "{err}");
+}
