@@ -35,6 +35,8 @@ pub struct Endpoints {
     pub consensus: Arc<RaftConsensus>,
     pub raft: Raft,
     pub store: SharedStore,
+    /// The member's watchers, for their backlog on `/metrics`.
+    pub watch_hub: Arc<kv_api::watch::WatchHub>,
     pub member_id: u64,
     /// The emulated etcd version (`--emulated-version`).
     pub version: String,
@@ -175,6 +177,7 @@ impl Endpoints {
             quota_backend_bytes: self.quota_backend_bytes,
             features: self.features.clone(),
             cluster_version: self.cluster_version(),
+            watch_backlog: self.watch_hub.backlog(),
             ..MemberView::default()
         };
         // The backend's size and /proc are read from files: not on the runtime.

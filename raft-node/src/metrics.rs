@@ -164,6 +164,8 @@ pub struct MemberView {
     pub cluster_version: String,
     /// The feature gates: name, stage, enabled.
     pub features: Vec<(&'static str, &'static str, bool)>,
+    /// What the watchers hold back.
+    pub watch_backlog: kv_api::watch::Backlog,
     pub process: ProcessView,
 }
 
@@ -337,11 +339,25 @@ pub fn render(view: &MemberView) -> String {
         out.labelled(name, help, GAUGE, &[(&[], bytes as f64)]);
     }
     let watch_gauges = [
-        ("etcd_debugging_mvcc_watch_stream_total", "Total number of watch streams.", &stats::WATCH_STREAMS),
-        ("etcd_debugging_mvcc_watcher_total", "Total number of watchers.", &stats::WATCHERS),
+        (
+            "etcd_debugging_mvcc_watch_stream_total",
+            "Total number of watch streams.",
+            stats::read(&stats::WATCH_STREAMS),
+        ),
+        ("etcd_debugging_mvcc_watcher_total", "Total number of watchers.", stats::read(&stats::WATCHERS)),
+        (
+            "etcd_debugging_mvcc_slow_watcher_total",
+            "Total number of unsynced slow watchers.",
+            view.watch_backlog.slow_watchers,
+        ),
+        (
+            "etcd_debugging_mvcc_pending_events_total",
+            "Total number of pending events to be sent.",
+            view.watch_backlog.pending_events,
+        ),
     ];
-    for (name, help, gauge) in watch_gauges {
-        out.labelled(name, help, GAUGE, &[(&[], stats::read(gauge) as f64)]);
+    for (name, help, value) in watch_gauges {
+        out.labelled(name, help, GAUGE, &[(&[], value as f64)]);
     }
     for (name, debugging_name, what, counter) in operations {
         let help = format!("Total number of {what} seen by this member.");

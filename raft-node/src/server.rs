@@ -301,6 +301,7 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> anyhow::
         consensus: consensus.clone(),
         raft: raft.clone(),
         store: store.clone(),
+        watch_hub: watch_hub.clone(),
         member_id: identity.member_id,
         version: config.emulated_version.clone(),
         quota_backend_bytes: config.quota_backend_bytes().unwrap_or(0),

@@ -73,6 +73,13 @@ pub struct Drained {
     pub resume_from: Option<i64>,
 }
 
+/// See [`WatchHub::backlog`].
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Backlog {
+    pub slow_watchers: u64,
+    pub pending_events: u64,
+}
+
 /// A watcher as the hub keeps it.
 #[derive(Debug)]
 struct Slot {
@@ -139,6 +146,16 @@ impl WatchHub {
 
     pub fn is_empty(&self) -> bool {
         self.len() == 0
+    }
+
+    /// What the watchers hold back (etcd's `slow_watcher_total` and `pending_events_total` gauges): the
+    /// unsynced watchers, which catch up from the store, and the events buffered for all of them.
+    pub fn backlog(&self) -> Backlog {
+        let state = self.state.lock();
+        state.slots.values().fold(Backlog::default(), |sum, slot| Backlog {
+            slow_watchers: sum.slow_watchers + u64::from(!slot.synced),
+            pending_events: sum.pending_events + slot.pending.len() as u64,
+        })
     }
 
     /// Registers a watcher of `range` whose first wanted revision is `start` (0: the next one). Returns its
@@ -370,6 +387,7 @@ mod tests {
         let hub = WatchHub::new(5);
         let w = hub.register(range("a", ""), 3, Arc::new(Notify::new()));
         assert_eq!((w.synced, w.start, w.revision), (false, 3, 5));
+        assert_eq!(hub.backlog(), Backlog { slow_watchers: 1, pending_events: 0 });
         hub.notify(6, vec![put("a", 6)]);
         let (_, drained) = hub.drain([w.key]);
         assert!(drained[0].1.events.is_empty(), "unsynced watchers get nothing from notify");
@@ -377,7 +395,9 @@ mod tests {
         // A catch-up that read only through 5 is behind notify.
         assert!(!hub.try_sync(w.key, 5));
         assert!(hub.try_sync(w.key, 6));
+        assert_eq!(hub.backlog(), Backlog { slow_watchers: 0, pending_events: 0 });
         hub.notify(7, vec![put("a", 7)]);
+        assert_eq!(hub.backlog(), Backlog { slow_watchers: 0, pending_events: 1 });
         let (_, drained) = hub.drain([w.key]);
         assert_eq!(keys_and_revs(&drained[0].1), vec![("a".to_string(), 7)]);
         // A future start is synced at once.

@@ -25,9 +25,7 @@ fn large(term: u64, index: u64, kib: usize) -> Entry {
 
 /// Small and large entries alternating from `from` to `to`, of `term`.
 fn mixed(term: u64, from: u64, to: u64) -> Vec<Entry> {
-    (from..=to)
-        .map(|i| if i.is_multiple_of(2) { large(term, i, 20 + i as usize) } else { blank(term, i) })
-        .collect()
+    (from..=to).map(|i| if i.is_multiple_of(2) { large(term, i, 20 + i as usize) } else { blank(term, i) }).collect()
 }
 
 fn indexes(entries: &[Entry]) -> Vec<u64> {

@@ -184,10 +184,7 @@ async fn snapshot_installs_on_a_fresh_member() {
             (store.current_revision(), store.compacted_revision())
         };
         assert_eq!(revisions, (3, 2));
-        assert_eq!(
-            follower.applied_state().await.expect("applied"),
-            leader.applied_state().await.expect("applied")
-        );
+        assert_eq!(follower.applied_state().await.expect("applied"), leader.applied_state().await.expect("applied"));
     }
 
     // The installed state and the current snapshot survive a restart.

@@ -139,6 +139,10 @@ const FAMILIES: &[(&str, &str)] = &[
     ("etcd_mvcc_txn_total", "counter"),
     ("etcd_network_client_grpc_received_bytes_total", "counter"),
     ("etcd_network_client_grpc_sent_bytes_total", "counter"),
+    ("etcd_debugging_mvcc_watch_stream_total", "gauge"),
+    ("etcd_debugging_mvcc_watcher_total", "gauge"),
+    ("etcd_debugging_mvcc_slow_watcher_total", "gauge"),
+    ("etcd_debugging_mvcc_pending_events_total", "gauge"),
 ];
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
