@@ -82,7 +82,8 @@ pub(crate) struct SnapshotReader {
     input: BufReader<File>,
     pub(crate) last_applied: Option<LogId>,
     pub(crate) membership: StoredMembership,
-    remaining: u64,
+    /// Entries still to read; `None` once the end was checked or an error was read.
+    remaining: Option<u64>,
 }
 
 impl SnapshotReader {
@@ -93,7 +94,7 @@ impl SnapshotReader {
             return Err(invalid(format!("unknown snapshot format version {}", header.version)));
         }
         let remaining: u64 = bincode::decode_from_std_read(&mut input, bincode_config()).map_err(invalid)?;
-        Ok(Self { input, last_applied: header.last_applied, membership: header.membership, remaining })
+        Ok(Self { input, last_applied: header.last_applied, membership: header.membership, remaining: Some(remaining) })
     }
 
     fn next_entry(&mut self) -> io::Result<Record> {
@@ -110,26 +111,22 @@ impl Iterator for SnapshotReader {
     type Item = io::Result<Record>;
 
     fn next(&mut self) -> Option<Self::Item> {
-        if self.remaining == 0 {
+        let remaining = self.remaining?;
+        let item = if remaining == 0 {
             // A longer file is not a snapshot this member wrote or received whole.
-            return match self.input.read(&mut [0u8]) {
+            match self.input.read(&mut [0u8]) {
                 Ok(0) => None,
-                Ok(_) => {
-                    self.remaining = u64::MAX;
-                    Some(Err(invalid("trailing bytes after the snapshot's entries")))
-                }
+                Ok(_) => Some(Err(invalid("trailing bytes after the snapshot's entries"))),
                 Err(err) => Some(Err(err)),
-            };
-        }
-        if self.remaining == u64::MAX {
-            return None;
-        }
-        self.remaining -= 1;
-        let entry = self.next_entry();
-        if entry.is_err() {
-            self.remaining = u64::MAX;
-        }
-        Some(entry)
+            }
+        } else {
+            Some(self.next_entry())
+        };
+        self.remaining = match &item {
+            Some(Ok(_)) => Some(remaining - 1),
+            _ => None,
+        };
+        item
     }
 }
 

@@ -262,12 +262,11 @@ impl RaftSnapshotBuilder<TypeConfig> for SnapshotBuilder {
     async fn build_snapshot(&mut self) -> Result<Snapshot, StorageError> {
         let (store, (file, path)) = (self.store.clone(), self.snapshot.temporary("build")?);
         // Written entry by entry to the file, apply waiting only for the small buckets.
-        let build_path = path.clone();
         let built = blocking(move || write_snapshot(&store, file)).await;
         let (last_applied, membership) = match built {
             Ok(built) => built,
             Err(err) => {
-                let _ = std::fs::remove_file(&build_path);
+                let _ = std::fs::remove_file(&path);
                 return Err(err);
             }
         };
