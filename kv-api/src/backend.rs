@@ -82,6 +82,16 @@ pub struct BackendError(pub String);
 pub trait Backend: Send + Sync + 'static {
     fn get(&self, bucket: Bucket, key: &[u8]) -> Result<Option<Vec<u8>>, BackendError>;
 
+    /// Lends the value of `key` to `read` without copying it out, when there is one (a Range encodes
+    /// thousands of stored values straight into its answer). Returns whether there was.
+    fn read(&self, bucket: Bucket, key: &[u8], read: &mut dyn FnMut(&[u8])) -> Result<bool, BackendError> {
+        let value = self.get(bucket, key)?;
+        if let Some(value) = &value {
+            read(value);
+        }
+        Ok(value.is_some())
+    }
+
     /// Calls `visit` on every entry of `bucket` in key order until it returns false.
     fn scan(&self, bucket: Bucket, visit: &mut dyn FnMut(&[u8], &[u8]) -> bool) -> Result<(), BackendError>;
 

@@ -16,6 +16,7 @@ use kv_api::service::limit::MessageLimit;
 use kv_api::service::local_client::LocalClient;
 use kv_api::service::lock::LockService;
 use kv_api::service::maintenance::MaintenanceService;
+use kv_api::service::range_route::KvRoutes;
 use kv_api::service::watch::WatchService;
 use kv_api::service::ApiConfig;
 use kv_api::validate::Limits;
@@ -260,9 +261,7 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> anyhow::
             crate::corrupt_check::check_periodically(consensus.clone(), store.clone(), dialer.clone(), interval);
         tokio::spawn(checks);
     }
-    let kv = pb::kv_server::KvServer::new(KvService::new(consensus.clone(), store.clone(), api.clone()))
-        .max_decoding_message_size(usize::MAX)
-        .max_encoding_message_size(usize::MAX);
+    let kv = KvRoutes::new(KvService::new(consensus.clone(), store.clone(), api.clone()));
     let watch_config = WatchConfig {
         progress_notify_interval: settings.watch_progress_notify_interval,
         fragment_bytes: max_message,

@@ -11,7 +11,7 @@ use crate::auth::Caller;
 use crate::command::{Command, CommandResponse};
 use crate::consensus::Consensus;
 use crate::error::{Error, Result};
-use crate::store::SharedStore;
+use crate::store::{EncodedRange, MvccStore, SharedStore};
 use crate::validate;
 
 pub struct KvService<C> {
@@ -48,7 +48,31 @@ impl<C: Consensus> KvService<C> {
     }
 
     async fn range(&self, token: Option<&str>, req: pb::RangeRequest) -> Result<pb::RangeResponse> {
-        validate::check_range(&req)?;
+        let mut resp = self.read_range(token, &req, MvccStore::range).await?;
+        fill_header(&*self.consensus, &self.store, &mut resp.header);
+        Ok(resp)
+    }
+
+    /// A Range answered in wire form ([`MvccStore::range_encoded`]), with its header.
+    pub async fn range_encoded(
+        &self,
+        token: Option<&str>,
+        req: &pb::RangeRequest,
+    ) -> Result<(pb::ResponseHeader, EncodedRange)> {
+        let answer = self.read_range(token, req, MvccStore::range_encoded).await?;
+        let mut header = Some(pb::ResponseHeader { revision: answer.revision, ..Default::default() });
+        fill_header(&*self.consensus, &self.store, &mut header);
+        Ok((header.unwrap_or_default(), answer))
+    }
+
+    /// A Range's checks (request, learner, read barrier, permission), then `read` under the store's lock.
+    async fn read_range<T>(
+        &self,
+        token: Option<&str>,
+        req: &pb::RangeRequest,
+        read: impl FnOnce(&MvccStore, &pb::RangeRequest) -> Result<T>,
+    ) -> Result<T> {
+        validate::check_range(req)?;
         if !req.serializable {
             self.refuse_learner()?;
             self.consensus.read_barrier().await?;
@@ -58,10 +82,7 @@ impl<C: Consensus> KvService<C> {
         if let Some(caller) = &caller {
             store.auth().check_read(caller, &req.key, &req.range_end)?;
         }
-        let mut resp = store.range(&req)?;
-        drop(store);
-        fill_header(&*self.consensus, &self.store, &mut resp.header);
-        Ok(resp)
+        read(&store, req)
     }
 
     async fn put(&self, token: Option<&str>, req: pb::PutRequest) -> Result<pb::PutResponse> {

@@ -12,6 +12,7 @@ pub mod local_client;
 pub mod lock;
 pub mod maintenance;
 pub mod quota;
+pub mod range_route;
 pub mod snapshot;
 pub mod watch;
 mod watch_stream;

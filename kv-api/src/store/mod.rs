@@ -32,8 +32,11 @@ use crate::range;
 use crate::revision::Revision;
 use crate::stats;
 
+mod encoded_range;
 mod txn;
 mod write;
+
+pub use encoded_range::EncodedRange;
 
 pub const META_COMPACT_REV: &[u8] = b"compact_rev";
 /// The enabled downgrade's target version (`3.5.0`), empty when none is.
@@ -309,14 +312,7 @@ impl MvccStore {
     /// Range seen from a store whose newest revision is `current`.
     fn range_at(&self, req: &pb::RangeRequest, current: i64) -> Result<pb::RangeResponse> {
         stats::count(&stats::RANGES);
-        let at = match req.revision {
-            rev if rev > current => return Err(Error::FutureRevision),
-            rev if rev <= 0 => current,
-            rev => rev,
-        };
-        if at < self.compacted {
-            return Err(Error::Compacted);
-        }
+        let at = self.read_revision(req, current)?;
         let keys = self.index.range(KeyRange::new(&req.key, &req.range_end), at);
         let plan = range::Plan::of(req);
         let mut count = 0i64;
@@ -331,6 +327,19 @@ impl MvccStore {
         resp.count = count;
         resp.header = Some(revision_header(current));
         Ok(resp)
+    }
+
+    /// The revision a Range reads at, from a store whose newest revision is `current`.
+    fn read_revision(&self, req: &pb::RangeRequest, current: i64) -> Result<i64> {
+        let at = match req.revision {
+            rev if rev > current => return Err(Error::FutureRevision),
+            rev if rev <= 0 => current,
+            rev => rev,
+        };
+        if at < self.compacted {
+            return Err(Error::Compacted);
+        }
+        Ok(at)
     }
 
     /// The value stored at `rev`.

@@ -189,6 +189,14 @@ impl Backend for SledBackend {
         Ok(value.map(|v| v.to_vec()))
     }
 
+    fn read(&self, bucket: Bucket, key: &[u8], read: &mut dyn FnMut(&[u8])) -> Result<bool, BackendError> {
+        let value = self.current.read().tree.get(tagged(bucket, key)).map_err(backend_error)?;
+        if let Some(value) = &value {
+            read(value);
+        }
+        Ok(value.is_some())
+    }
+
     /// Scans the generation current when it starts, to the end even if a defragmentation switches
     /// meanwhile (it keeps that generation's files until then).
     fn scan(&self, bucket: Bucket, visit: &mut dyn FnMut(&[u8], &[u8]) -> bool) -> Result<(), BackendError> {
