@@ -59,7 +59,11 @@ impl TreeIndex {
     }
 
     pub fn restore(&mut self, key: &[u8], created: Revision, rev: Revision, version: i64) {
-        self.keys.entry(key.to_vec()).or_default().restore(created, rev, version);
+        // A member's start restores every stored revision: copy the key only when it is new.
+        match self.keys.get_mut(key) {
+            Some(ki) => ki.restore(created, rev, version),
+            None => self.keys.entry(key.to_vec()).or_default().restore(created, rev, version),
+        }
     }
 
     /// Restores a tombstone found in the backend; false when no life of the key was there to end.

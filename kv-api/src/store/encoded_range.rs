@@ -9,7 +9,8 @@ use proto::etcdserverpb as pb;
 use proto::etcdserverpb::range_request::{SortOrder, SortTarget};
 use proto::mvccpb::KeyValue;
 
-use super::{MvccStore, ENTRY_PUT};
+use super::entry::ENTRY_PUT;
+use super::MvccStore;
 use crate::backend::Bucket;
 use crate::error::{Error, Result};
 use crate::index::KeyRange;

@@ -16,7 +16,6 @@
 use std::collections::HashMap;
 use std::sync::Arc;
 
-use prost::Message;
 use proto::etcdserverpb as pb;
 use proto::mvccpb::event::EventType;
 use proto::mvccpb::{Event, KeyValue};
@@ -33,8 +32,12 @@ use crate::revision::Revision;
 use crate::stats;
 
 mod encoded_range;
+mod entry;
 mod txn;
 mod write;
+
+use entry::decode_entry_head;
+pub(crate) use entry::{decode_entry, encode_entry};
 
 pub use encoded_range::EncodedRange;
 
@@ -42,8 +45,6 @@ pub const META_COMPACT_REV: &[u8] = b"compact_rev";
 /// The enabled downgrade's target version (`3.5.0`), empty when none is.
 pub(crate) const META_DOWNGRADE: &[u8] = b"downgrade";
 const NEVER_COMPACTED: i64 = -1;
-const ENTRY_PUT: u8 = 0;
-const ENTRY_TOMBSTONE: u8 = 1;
 
 impl From<BackendError> for Error {
     fn from(err: BackendError) -> Self {
@@ -52,19 +53,6 @@ impl From<BackendError> for Error {
 }
 
 /// Encodes a revision's entry for the key bucket: a kind byte, then the `KeyValue`.
-pub(crate) fn encode_entry(tombstone: bool, kv: &KeyValue) -> Vec<u8> {
-    let mut out = Vec::with_capacity(1 + kv.encoded_len());
-    out.push(if tombstone { ENTRY_TOMBSTONE } else { ENTRY_PUT });
-    kv.encode(&mut out).expect("a Vec grows as needed");
-    out
-}
-
-pub(crate) fn decode_entry(bytes: &[u8]) -> Result<(bool, KeyValue)> {
-    let (kind, rest) = bytes.split_first().ok_or_else(|| Error::Internal("empty key bucket entry".into()))?;
-    let kv = KeyValue::decode(rest).map_err(|e| Error::Internal(format!("corrupt key bucket entry: {e}")))?;
-    Ok((*kind == ENTRY_TOMBSTONE, kv))
-}
-
 /// The write in progress inside one `apply`.
 #[derive(Clone, Copy, Debug, Default)]
 struct WriteTxn {
@@ -171,20 +159,24 @@ impl MvccStore {
         // interrupted before the tombstone's batch): dead, to delete again.
         let mut strays = Vec::new();
         let mut newest = 1;
-        // The lease of each key's newest value, to attach keys to their leases once all are known.
+        // The lease of each leased key's newest value, to attach keys to their leases once all are
+        // known (only keys with a lease: most have none, and a member starts with millions of keys).
         let mut key_leases: HashMap<Vec<u8>, LeaseId> = HashMap::new();
         let index = &mut self.index;
         try_scan(&*self.backend, Bucket::Key, |key, value| {
             let rev = Revision::from_bytes(key).ok_or_else(|| Error::Internal("corrupt revision key".into()))?;
-            let (tombstone, kv) = decode_entry(value)?;
+            let (tombstone, head) = decode_entry_head(value)?;
             if tombstone {
-                if !index.restore_tombstone(&kv.key, rev) && rev.main <= compacted {
+                if !index.restore_tombstone(head.key, rev) && rev.main <= compacted {
                     strays.push(rev);
                 }
-                key_leases.remove(&kv.key);
             } else {
-                index.restore(&kv.key, Revision::new(kv.create_revision, 0), rev, kv.version);
-                key_leases.insert(kv.key, kv.lease);
+                index.restore(head.key, Revision::new(head.create_revision, 0), rev, head.version);
+            }
+            if !tombstone && head.lease != 0 {
+                key_leases.insert(head.key.to_vec(), head.lease);
+            } else if !key_leases.is_empty() {
+                key_leases.remove(head.key);
             }
             newest = rev.main;
             Ok(())
