@@ -127,7 +127,8 @@ impl Compactor {
         self.shared.configure(config);
     }
 
-    /// Queues the deletion of `freed` (sorted) for the compaction at `revision`, behind the ones queued.
+    /// Queues the deletion of `freed` (in any order) for the compaction at `revision`, behind the ones
+    /// queued.
     /// Call only once the compaction is committed: a freed revision may have been staged in the same
     /// batch, and must be on the backend before it can be deleted for good.
     pub fn schedule(&self, revision: i64, freed: Vec<Revision>) {
@@ -137,7 +138,6 @@ impl Compactor {
             Some(waiting) if waiting.epoch == epoch => {
                 waiting.revision = revision;
                 waiting.freed.extend(freed);
-                waiting.freed.sort_unstable();
             }
             _ => queue.jobs.push_back(Job { revision, freed, epoch }),
         }
@@ -230,8 +230,10 @@ fn run(shared: &Shared) {
 }
 
 /// Deletes one job's revisions, batch by batch; the last batch records the compaction as finished.
-fn delete(shared: &Shared, job: Job) {
+fn delete(shared: &Shared, mut job: Job) {
     let started = std::time::Instant::now();
+    // In revision order, so that each batch deletes neighbouring entries.
+    job.freed.sort_unstable();
     let limit = shared.batch_limit.load(Ordering::Relaxed);
     let batches = job.freed.len().div_ceil(limit).max(1);
     let mut chunks = job.freed.chunks(limit);

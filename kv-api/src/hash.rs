@@ -103,7 +103,7 @@ struct Indexed {
 impl Indexed {
     fn of(store: &MvccStore) -> Self {
         let compacted = store.compacted_revision();
-        Self { compacted, below: store.index().revisions_upto(compacted) }
+        Self { compacted, below: store.index().revisions_kept_at(compacted) }
     }
 
     fn contains(&self, rev: Revision) -> bool {

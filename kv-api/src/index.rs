@@ -92,17 +92,39 @@ impl TreeIndex {
         iter.into_iter().flatten().map(|(key, ki)| (key.as_slice(), ki))
     }
 
-    /// Compacts every key at `at`; returns the revisions no longer needed.
+    /// Compacts every key at `at`; returns the revisions no longer needed, in key order (the compactor
+    /// sorts them).
     pub fn compact(&mut self, at: i64) -> Vec<Revision> {
         let mut freed = Vec::new();
         self.keys.retain(|_, ki| !ki.compact(at, &mut freed));
-        freed.sort_unstable();
         freed
     }
 
-    /// Every revision the index holds with `main <= at`.
-    pub fn revisions_upto(&self, at: i64) -> HashSet<Revision> {
-        self.keys.values().flat_map(|ki| ki.revisions_upto(at)).collect()
+    /// Compacts at `at` at most `budget` keys from `from` on (itself included), appending what they
+    /// free to `freed`; returns the key to go on from, `None` once the last key is done. Keys written
+    /// between two steps need nothing more: compacting leaves what came after `at` alone.
+    pub fn compact_some(&mut self, at: i64, from: &[u8], budget: usize, freed: &mut Vec<Revision>) -> Option<Vec<u8>> {
+        let mut emptied = Vec::new();
+        let mut next = None;
+        for (n, (key, ki)) in self.keys.range_mut::<[u8], _>((Bound::Included(from), Bound::Unbounded)).enumerate() {
+            if n == budget {
+                next = Some(key.clone());
+                break;
+            }
+            if ki.compact(at, freed) {
+                emptied.push(key.clone());
+            }
+        }
+        for key in emptied {
+            self.keys.remove(&key);
+        }
+        next
+    }
+
+    /// The revisions with `main <= at` that the index holds once compacted at `at`, whether or not that
+    /// compaction is done (at most one per life of each key).
+    pub fn revisions_kept_at(&self, at: i64) -> HashSet<Revision> {
+        self.keys.values().flat_map(|ki| ki.revisions_kept_at(at)).collect()
     }
 
     /// Number of keys in the index, dead or alive.
@@ -153,12 +175,51 @@ mod tests {
     }
 
     #[test]
+    fn compaction_in_steps_ends_as_compaction_at_once() {
+        let mut whole = TreeIndex::default();
+        let mut main = 1;
+        for round in 0..3 {
+            for k in 0..50u8 {
+                main += 1;
+                let key = [b'k', k];
+                if round == 1 && k % 3 == 0 {
+                    whole.tombstone(&key, rev(main));
+                } else {
+                    whole.put(&key, rev(main));
+                }
+            }
+        }
+        let at = main - 20;
+        let mut stepped = TreeIndex { keys: whole.keys.clone() };
+        let kept: Vec<_> = whole.revisions_kept_at(at).into_iter().collect();
+        let mut expected = whole.compact(at);
+        expected.sort_unstable();
+        let (mut freed, mut from, mut steps) = (Vec::new(), Some(Vec::new()), 0);
+        while let Some(start) = from {
+            assert_eq!(stepped.revisions_kept_at(at).len(), kept.len(), "kept depends on progress");
+            from = stepped.compact_some(at, &start, 7, &mut freed);
+            steps += 1;
+        }
+        freed.sort_unstable();
+        assert_eq!(freed, expected);
+        assert_eq!(stepped.keys, whole.keys);
+        assert_eq!(steps, 50usize.div_ceil(7));
+        let mut upto: Vec<_> = whole.keys.values().flat_map(|ki| ki.revisions_upto(at)).collect();
+        let mut kept = kept;
+        upto.sort_unstable();
+        kept.sort_unstable();
+        assert_eq!(kept, upto, "once compacted, the index holds exactly what was kept");
+    }
+
+    #[test]
     fn compaction_removes_dead_keys() {
         let mut index = TreeIndex::default();
         index.put(b"a", rev(2));
         index.put(b"b", rev(3));
         index.tombstone(b"a", rev(4));
-        assert_eq!(index.compact(4), vec![rev(2), rev(4)]);
+        let mut freed = index.compact(4);
+        freed.sort_unstable();
+        assert_eq!(freed, vec![rev(2), rev(4)]);
         assert_eq!(index.len(), 1);
         assert_eq!(keys_at(&index, b"a", b"\0", 4), vec![b"b".to_vec()]);
     }

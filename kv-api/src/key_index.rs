@@ -189,6 +189,17 @@ impl KeyIndex {
         self.generations.len() == 1 && self.generations[0].is_empty()
     }
 
+    /// What [`KeyIndex::revisions_upto`] gives once compacted at `at`, without compacting: the newest
+    /// revision `<= at` of each life that did not end by `at`.
+    pub fn revisions_kept_at(&self, at: i64) -> impl Iterator<Item = Revision> + '_ {
+        let last = self.generations.len() - 1;
+        self.generations.iter().enumerate().filter_map(move |(i, generation)| {
+            let n = generation.newest_at(at)?;
+            let ended = i != last && n == generation.revs.len() - 1;
+            (!ended).then_some(generation.revs[n])
+        })
+    }
+
     /// Revisions of this key with `main <= at` (after a compaction at `at`, at most one per life).
     pub fn revisions_upto(&self, at: i64) -> impl Iterator<Item = Revision> + '_ {
         self.generations

@@ -247,3 +247,58 @@ fn a_split_export_is_the_store_at_the_split_whatever_is_written_and_compacted_af
     store.wait_compacted();
     assert!(store.export().expect("export").len() < at_split.len());
 }
+
+/// A compaction of more keys than one step of the key index takes: applying it does no index work,
+/// the steps after the commit do, and reads, hashes and what the compactor deletes are at every step
+/// what a compaction done at once gives.
+#[test]
+fn the_key_index_compacts_in_steps_after_the_commit() {
+    let keys: usize = 25_000;
+    let build = || {
+        let backend = Arc::new(MemBackend::default());
+        let mut store = MvccStore::open_with(backend.clone(), fast()).expect("open");
+        for round in 0..2 {
+            for k in 0..keys {
+                put(&mut store, put_req(&format!("k{k:05}"), &format!("{round}")));
+            }
+        }
+        delete(&mut store, del_req("k00010", "k00020"));
+        store.commit().expect("commit");
+        (backend, store)
+    };
+    let (backend, mut store) = build();
+    let at = store.current_revision() - 100;
+    compact(&mut store, at).expect("compact");
+    assert!(store.index_compaction_pending() && store.compaction_staged());
+    store.commit().expect("commit");
+    assert!(store.index_compaction_pending(), "one step does not cover {keys} keys");
+    let probes = [range_at(at), range_at(0), range_req("k00005", "k00030"), all_keys()];
+    let reads = |store: &MvccStore| probes.iter().map(|req| format!("{:?}", store.range(req))).collect::<Vec<_>>();
+    let before = reads(&store);
+    let (kv_hash, full_hash) = (hash::hash_kv(&store, 0).expect("hash"), hash::hash(&store).expect("hash"));
+    // The commit took the first step; the one that does the last key hands the work over.
+    let mut steps = 1;
+    loop {
+        let more = store.compact_index_step();
+        steps += 1;
+        assert_eq!(reads(&store), before, "reads changed at step {steps}");
+        assert_eq!(hash::hash_kv(&store, 0).expect("hash"), kv_hash);
+        assert_eq!(hash::hash(&store).expect("hash"), full_hash);
+        if !more {
+            break;
+        }
+    }
+    assert_eq!(steps, keys.div_ceil(10_000));
+    store.wait_compacted();
+    // Each key keeps its newest revision at or before `at`, and everything after it: 99 puts and the
+    // 10 tombstones of the delete.
+    let (reference_backend, mut reference) = build();
+    compact(&mut reference, at).expect("compact");
+    reference.commit().expect("commit");
+    reference.finish_index_compaction();
+    reference.wait_compacted();
+    assert!(!reference.index_compaction_pending());
+    assert_eq!(stored(&backend), stored(&reference_backend));
+    assert_eq!(stored(&backend).len(), keys + 99 + 10);
+    assert_eq!(reads(&store), before);
+}

@@ -31,6 +31,7 @@
 //! - [`metrics`]: etcd's Prometheus metrics, counted where things happen, and their text exposition.
 //! - [`grpc_metrics`]: the gRPC started/handled counters, a layer around the client services.
 //! - [`auto_compaction`]: etcd's periodic and revision auto compaction, on the leader.
+//! - [`index_compaction`]: steps of the key index's compaction between commits.
 //! - [`lease_expiry`]: the leader's lease expiry loop.
 //! - [`corrupt_check`]: the leader's periodic comparison of every member's `HashKV` (CORRUPT alarm).
 //! - [`date`]: UTC calendar dates and RFC 3339 timestamps.
@@ -60,6 +61,7 @@ pub mod grpc_metrics;
 pub mod health;
 pub mod http;
 pub mod identity;
+pub mod index_compaction;
 pub mod leader;
 pub mod leader_wire;
 pub mod lease_expiry;

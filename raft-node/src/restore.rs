@@ -193,7 +193,8 @@ fn write_member(
         let req = proto::etcdserverpb::CompactionRequest { revision: compact_to, ..Default::default() };
         store.apply(&Command::Compact(req)).map_err(|e| storage("compacting", &e))?;
         store.commit().map_err(|e| storage("compacting", &e))?;
-        // The compactor deletes in the background: the restored files hold only what is needed.
+        // The index and the compactor work in the background: the restored files hold only what is needed.
+        store.finish_index_compaction();
         store.wait_compacted();
     }
     let mut want = (current, contents.finished_compact.max(contents.scheduled_compact));

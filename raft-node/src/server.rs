@@ -246,6 +246,7 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> anyhow::
         }
     };
     tokio::spawn(crate::snapshot_policy::run(raft.clone(), store.clone(), appended, config.snapshot_count));
+    tokio::spawn(crate::index_compaction::run(store.clone()));
     let lease = pb::lease_server::LeaseServer::new(LeaseService::new(consensus.clone(), store.clone(), api.clone()));
     tokio::spawn(lease_expiry::expire_leases(leader.clone()));
     let compaction = &config.clustering;

@@ -33,6 +33,7 @@ use crate::stats;
 
 mod encoded_range;
 mod entry;
+mod index_compaction;
 mod txn;
 mod write;
 
@@ -100,9 +101,11 @@ pub struct MvccStore {
     live_keys: i64,
     /// The downgrade target while one is enabled ([`crate::downgrade`]).
     downgrade: Option<crate::downgrade::MinorVersion>,
-    /// Compactions applied since the last commit, with the revisions each freed: handed to the
-    /// compactor once committed.
-    compactions: Vec<(i64, Vec<Revision>)>,
+    /// Whether a compaction was applied since the last commit (its freed revisions may be deleted only
+    /// once it is committed).
+    compaction_staged: bool,
+    /// The key index's compaction in progress, a step at a time ([`index_compaction`]).
+    index_compaction: Option<index_compaction::IndexCompaction>,
     /// Deletes freed revisions in the background.
     compactor: Compactor,
 }
@@ -124,7 +127,8 @@ impl MvccStore {
     pub fn open_with(backend: Arc<dyn Backend>, compaction: CompactionConfig) -> Result<Self> {
         let mut store = Self {
             compactor: Compactor::start(backend.clone(), compaction),
-            compactions: Vec::new(),
+            compaction_staged: false,
+            index_compaction: None,
             backend,
             index: TreeIndex::default(),
             current: 1,
@@ -147,7 +151,8 @@ impl MvccStore {
         self.staged.clear();
         self.events.clear();
         self.batch = WriteBatch::default();
-        self.compactions.clear();
+        self.compaction_staged = false;
+        self.index_compaction = None;
         self.compacted = match self.backend.get(Bucket::Meta, META_COMPACT_REV)? {
             Some(bytes) => decode_i64(&bytes)?,
             None => NEVER_COMPACTED,
@@ -241,7 +246,8 @@ impl MvccStore {
         self.compactor.finished()
     }
 
-    /// Blocks until every committed compaction's revisions are deleted (offline tools and tests).
+    /// Blocks until every committed compaction's revisions are deleted (offline tools and tests; the
+    /// key index's compaction must be done: see [`MvccStore::finish_index_compaction`]).
     pub fn wait_compacted(&self) {
         self.compactor.wait_idle();
     }
@@ -400,7 +406,7 @@ impl MvccStore {
     /// Whether a compaction applied since the last commit waits for it: the compactor starts deleting
     /// only once it is committed.
     pub fn compaction_staged(&self) -> bool {
-        !self.compactions.is_empty()
+        self.compaction_staged
     }
 
     /// How many writes are staged and not yet committed.
@@ -413,17 +419,16 @@ impl MvccStore {
         self.batch.bytes()
     }
 
-    /// Writes everything staged since the last commit, atomically.
+    /// Writes everything staged since the last commit, atomically; then takes the key index's
+    /// compaction a step further, if one is in progress.
     pub fn commit(&mut self) -> Result<()> {
-        if self.batch.is_empty() {
-            return Ok(());
+        if !self.batch.is_empty() {
+            let batch = std::mem::take(&mut self.batch);
+            self.backend.write(batch)?;
+            self.staged.clear();
+            self.compaction_staged = false;
         }
-        let batch = std::mem::take(&mut self.batch);
-        self.backend.write(batch)?;
-        self.staged.clear();
-        for (revision, freed) in self.compactions.drain(..) {
-            self.compactor.schedule(revision, freed);
-        }
+        self.compact_index_step();
         Ok(())
     }
 

@@ -275,19 +275,13 @@ impl MvccStore {
         if req.revision > self.current {
             return Err(Error::FutureRevision);
         }
-        // Reads below the revision fail from here on, and the index no longer leads to what it freed;
-        // deleting that from the backend is the compactor's, after the commit (see `crate::compactor`).
-        let started = std::time::Instant::now();
-        let freed = self.index.compact(req.revision);
-        tracing::info!(
-            revision = req.revision,
-            freed = freed.len(),
-            index_ms = started.elapsed().as_millis() as u64,
-            "compacted the key index; the compactor deletes the freed revisions"
-        );
+        // Reads below the revision fail from here on. The key index is compacted a step at a time after
+        // the commit, and the compactor deletes what it freed (see `index_compaction`): nothing here
+        // grows with the number of keys.
         self.compacted = req.revision;
         self.batch.put(Bucket::Meta, META_COMPACT_REV, req.revision.to_be_bytes());
-        self.compactions.push((req.revision, freed));
+        self.compaction_staged = true;
+        self.start_index_compaction(req.revision);
         Ok(pb::CompactionResponse { header: Some(revision_header(self.current)) })
     }
 }
