@@ -22,7 +22,7 @@ use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::Duration;
 
-use parking_lot::{ArcMutexGuard, Condvar, Mutex, RawMutex};
+use parking_lot::{ArcRwLockReadGuard, ArcRwLockWriteGuard, Condvar, Mutex, RawRwLock, RwLock};
 use tokio::sync::watch;
 use tracing::{debug, error, info};
 
@@ -72,9 +72,9 @@ struct Shared {
     wake: Condvar,
     /// Signals [`Compactor::wait_idle`] that the queue emptied.
     idle: Condvar,
-    /// Held by the thread across each backend write, and by whoever must see the key bucket still
-    /// (see [`Compactor::pause`]).
-    gate: Arc<Mutex<()>>,
+    /// Held exclusively by the thread across each backend write (and while the backend's content is
+    /// replaced), shared by whoever must see the key bucket still (see [`Compactor::pause`]).
+    gate: Arc<RwLock<()>>,
     /// Which content of the backend jobs belong to; raised by [`Compactor::reset`].
     epoch: AtomicU64,
     batch_limit: AtomicUsize,
@@ -94,7 +94,12 @@ pub struct Compactor {
 /// waits for it to drop before its next write. It needs no borrow of the store, so a reader may hold it
 /// after letting go of the store's lock.
 pub struct Paused {
-    _gate: ArcMutexGuard<RawMutex, ()>,
+    _gate: ArcRwLockReadGuard<RawRwLock, ()>,
+}
+
+/// Held while the backend's content is replaced: no deletion, no reader (see [`Compactor::stop`]).
+pub struct Stopped {
+    _gate: ArcRwLockWriteGuard<RawRwLock, ()>,
 }
 
 impl Compactor {
@@ -105,7 +110,7 @@ impl Compactor {
             queue: Mutex::new(Queue::default()),
             wake: Condvar::new(),
             idle: Condvar::new(),
-            gate: Arc::new(Mutex::new(())),
+            gate: Arc::new(RwLock::new(())),
             epoch: AtomicU64::new(0),
             batch_limit: AtomicUsize::new(0),
             sleep_micros: AtomicU64::new(0),
@@ -156,14 +161,26 @@ impl Compactor {
     }
 
     /// Stops deletions until the guard drops: a snapshot reads the key bucket as one consistent state
-    /// (some batches deleted, the rest not, and the finished revision saying which).
+    /// (some batches deleted, the rest not, and the finished revision saying which). Several readers
+    /// may hold one at once.
     pub fn pause(&self) -> Paused {
-        Paused { _gate: self.shared.gate.lock_arc() }
+        Paused { _gate: self.shared.gate.read_arc() }
+    }
+
+    /// [`Compactor::pause`] if that needs no wait (no batch being deleted, none waiting to be).
+    pub fn try_pause(&self) -> Option<Paused> {
+        self.shared.gate.try_read_arc().map(|gate| Paused { _gate: gate })
+    }
+
+    /// Waits for every [`Paused`] to drop and stops deletions until the guard drops: the backend's
+    /// content is about to be replaced.
+    pub fn stop(&self) -> Stopped {
+        Stopped { _gate: self.shared.gate.write_arc() }
     }
 
     /// Drops every queued and running job: the backend's content was replaced (a snapshot installed)
-    /// while `paused` was held, and the store's load schedules what the new content needs.
-    pub fn reset(&self, _paused: &mut Paused) {
+    /// while `stopped` was held, and the store's load schedules what the new content needs.
+    pub fn reset(&self, _stopped: &mut Stopped) {
         self.shared.epoch.fetch_add(1, Ordering::SeqCst);
         self.shared.queue.lock().jobs.clear();
         self.shared.idle.notify_all();
@@ -249,7 +266,7 @@ fn delete(shared: &Shared, mut job: Job) {
             batch.put(Bucket::Meta, META_FINISHED_COMPACT_REV, job.revision.to_be_bytes());
         }
         {
-            let _gate = shared.gate.lock();
+            let _gate = shared.gate.write();
             if shared.epoch.load(Ordering::SeqCst) != job.epoch {
                 debug!(revision = job.revision, "compaction dropped: the store was replaced");
                 return;
@@ -372,8 +389,8 @@ mod tests {
         let compactor = Compactor::start(backend.clone(), config);
         compactor.schedule(100, revs(2..100));
         {
-            let mut paused = compactor.pause();
-            compactor.reset(&mut paused);
+            let mut stopped = compactor.stop();
+            compactor.reset(&mut stopped);
         }
         compactor.wait_idle();
         let left = stored(&backend);

@@ -11,8 +11,11 @@ use crate::auth::Caller;
 use crate::command::{Command, CommandResponse};
 use crate::consensus::Consensus;
 use crate::error::{Error, Result};
-use crate::store::{EncodedRange, MvccStore, SharedStore};
+use crate::store::{EncodedRange, MvccStore, RangeRead, SharedStore};
 use crate::validate;
+
+/// A Range reading at least this many values from the backend does it on a blocking thread.
+const BLOCKING_FETCH_KEYS: usize = 4096;
 
 pub struct KvService<C> {
     consensus: Arc<C>,
@@ -59,7 +62,16 @@ impl<C: Consensus> KvService<C> {
         token: Option<&str>,
         req: &pb::RangeRequest,
     ) -> Result<(pb::ResponseHeader, EncodedRange)> {
-        let answer = self.read_range(token, req, MvccStore::range_encoded).await?;
+        let answer = match self.read_range(token, req, MvccStore::range_encoded).await? {
+            RangeRead::Done(answer) => answer,
+            // Thousands of values: off the async runtime's threads.
+            RangeRead::Fetch(fetch) if fetch.len() >= BLOCKING_FETCH_KEYS => {
+                tokio::task::spawn_blocking(move || fetch.run())
+                    .await
+                    .map_err(|e| Error::Internal(format!("range read: {e}")))??
+            }
+            RangeRead::Fetch(fetch) => fetch.run()?,
+        };
         let mut header = Some(pb::ResponseHeader { revision: answer.revision, ..Default::default() });
         fill_header(&*self.consensus, &self.store, &mut header);
         Ok((header.unwrap_or_default(), answer))

@@ -2,7 +2,11 @@
 //! of its `KeyValue`, which is exactly what a `RangeResponse` carries in its `kvs` field. A plain Range
 //! (no filters, no sort but by key ascending, values wanted) copies the stored bytes into the answer
 //! once, instead of decoding them into `KeyValue`s that tonic then encodes again into a buffer grown by
-//! doubling: a Range of 200k keys of 1 KiB used to hold about 2.5 times its answer at its peak.
+//! doubling: a Range of 200k keys of 1 KiB used to hold about 2.5 times its answer at its peak. A large
+//! one also reads its values without the store's lock ([`RangeFetch`]).
+
+use std::collections::HashMap;
+use std::sync::Arc;
 
 use bytes::{BufMut, Bytes, BytesMut};
 use proto::etcdserverpb as pb;
@@ -11,7 +15,8 @@ use proto::mvccpb::KeyValue;
 
 use super::entry::ENTRY_PUT;
 use super::MvccStore;
-use crate::backend::Bucket;
+use crate::backend::{Backend, Bucket};
+use crate::compactor::Paused;
 use crate::error::{Error, Result};
 use crate::index::KeyRange;
 use crate::revision::Revision;
@@ -114,51 +119,114 @@ fn is_plain(req: &pb::RangeRequest) -> bool {
     !filtered && in_key_order && !req.keys_only && !req.count_only
 }
 
-impl MvccStore {
-    /// [`MvccStore::range`], answered in wire form (see the module doc).
-    pub fn range_encoded(&self, req: &pb::RangeRequest) -> Result<EncodedRange> {
+/// Plain answers of at least this many keys read their values from the backend after the store's lock
+/// is released (see [`RangeRead::Fetch`]).
+const FETCH_UNLOCKED_KEYS: usize = 256;
+
+/// A Range answer, or what is left to read for it without the store's lock.
+pub enum RangeRead {
+    Done(EncodedRange),
+    Fetch(RangeFetch),
+}
+
+/// The values of a large plain Range, to read from the backend after the store's lock is released, so
+/// that applies (every write) do not wait for them. Key bucket entries never change once written, and
+/// only the compactor deletes them, which stays paused until this is dropped; the backend's content is
+/// not replaced meanwhile either (an install waits for the pause to end). Values still staged when the
+/// lock was held are copied.
+pub struct RangeFetch {
+    backend: Arc<dyn Backend>,
+    /// The answer's revisions, in answer order.
+    revisions: Vec<Revision>,
+    staged: HashMap<Revision, KeyValue>,
+    more: bool,
+    count: i64,
+    revision: i64,
+    _paused: Paused,
+}
+
+impl RangeFetch {
+    /// How many values are left to read.
+    pub fn len(&self) -> usize {
+        self.revisions.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.revisions.is_empty()
+    }
+
+    /// Reads and encodes the values.
+    pub fn run(self) -> Result<EncodedRange> {
         let mut kvs = Chunks::default();
+        for rev in &self.revisions {
+            match self.staged.get(rev) {
+                Some(kv) => kvs.push(kv),
+                None => encode_stored(&*self.backend, *rev, &mut kvs)?,
+            }
+        }
+        let (kvs, kvs_len) = kvs.finish();
+        Ok(EncodedRange { kvs, kvs_len, more: self.more, count: self.count, revision: self.revision })
+    }
+}
+
+impl MvccStore {
+    /// [`MvccStore::range`], answered in wire form (see the module doc): at once, or, for a large plain
+    /// Range, with the values left to read once the store's lock is released.
+    pub fn range_encoded(&self, req: &pb::RangeRequest) -> Result<RangeRead> {
         if !is_plain(req) {
             let resp = self.range(req)?;
+            let mut kvs = Chunks::default();
             resp.kvs.iter().for_each(|kv| kvs.push(kv));
             let (kvs, kvs_len) = kvs.finish();
             let revision = resp.header.map_or(self.current, |header| header.revision);
-            return Ok(EncodedRange { kvs, kvs_len, more: resp.more, count: resp.count, revision });
+            return Ok(RangeRead::Done(EncodedRange { kvs, kvs_len, more: resp.more, count: resp.count, revision }));
         }
         stats::count(&stats::RANGES);
         let at = self.read_revision(req, self.current)?;
         let limit = usize::try_from(req.limit).ok().filter(|limit| *limit > 0);
         let mut count = 0usize;
+        let mut revisions = Vec::new();
         for (_, found) in self.index.range(KeyRange::new(&req.key, &req.range_end), at) {
             if limit.is_none_or(|limit| count < limit) {
-                self.encode_kv_at(found.modified, &mut kvs)?;
+                revisions.push(found.modified);
             }
             count += 1;
         }
-        let (kvs, kvs_len) = kvs.finish();
         let more = limit.is_some_and(|limit| count > limit);
-        Ok(EncodedRange { kvs, kvs_len, more, count: count as i64, revision: self.current })
+        let (count, revision) = (count as i64, self.current);
+        // Waiting for the compactor's batch here would hold the lock: read under it instead.
+        let paused = (revisions.len() >= FETCH_UNLOCKED_KEYS).then(|| self.compactor.try_pause()).flatten();
+        let Some(paused) = paused else {
+            let mut kvs = Chunks::default();
+            for rev in revisions {
+                match self.staged.get(&rev) {
+                    Some(kv) => kvs.push(kv),
+                    None => encode_stored(&*self.backend, rev, &mut kvs)?,
+                }
+            }
+            let (kvs, kvs_len) = kvs.finish();
+            return Ok(RangeRead::Done(EncodedRange { kvs, kvs_len, more, count, revision }));
+        };
+        let staged = revisions.iter().filter_map(|rev| self.staged.get(rev).map(|kv| (*rev, kv.clone()))).collect();
+        let backend = self.backend.clone();
+        Ok(RangeRead::Fetch(RangeFetch { backend, revisions, staged, more, count, revision, _paused: paused }))
     }
+}
 
-    /// Appends the value stored at `rev` as a `kvs` field.
-    fn encode_kv_at(&self, rev: Revision, out: &mut Chunks) -> Result<()> {
-        if let Some(kv) = self.staged.get(&rev) {
-            out.push(kv);
-            return Ok(());
-        }
-        let mut corrupt = false;
-        let found = self.backend.read(Bucket::Key, &rev.to_bytes(), &mut |entry| match entry.split_first() {
-            Some((&ENTRY_PUT, body)) => out.push_encoded(body),
-            _ => corrupt = true,
-        })?;
-        if !found {
-            return Err(Error::Internal(format!("revision {rev:?} is indexed but not stored")));
-        }
-        if corrupt {
-            return Err(Error::Internal(format!("revision {rev:?} is indexed as a value but stored as a tombstone")));
-        }
-        Ok(())
+/// Appends the value stored at `rev` as a `kvs` field.
+fn encode_stored(backend: &dyn Backend, rev: Revision, out: &mut Chunks) -> Result<()> {
+    let mut corrupt = false;
+    let found = backend.read(Bucket::Key, &rev.to_bytes(), &mut |entry| match entry.split_first() {
+        Some((&ENTRY_PUT, body)) => out.push_encoded(body),
+        _ => corrupt = true,
+    })?;
+    if !found {
+        return Err(Error::Internal(format!("revision {rev:?} is indexed but not stored")));
     }
+    if corrupt {
+        return Err(Error::Internal(format!("revision {rev:?} is indexed as a value but stored as a tombstone")));
+    }
+    Ok(())
 }
 
 /// The wire form of a whole answer, for tests: what prost would encode for the same response.
@@ -181,6 +249,13 @@ mod tests {
     use super::*;
     use crate::backend::MemBackend;
     use crate::command::Command;
+
+    fn answer(store: &MvccStore, req: &pb::RangeRequest) -> Result<EncodedRange> {
+        match store.range_encoded(req)? {
+            RangeRead::Done(answer) => Ok(answer),
+            RangeRead::Fetch(fetch) => fetch.run(),
+        }
+    }
 
     fn put(store: &mut MvccStore, key: &[u8], value: Vec<u8>) {
         let req = pb::PutRequest { key: key.to_vec(), value, ..Default::default() };
@@ -234,7 +309,7 @@ mod tests {
         let mut plain = 0;
         for req in &requests {
             let expected = store.range(req).expect("ranges");
-            let answer = store.range_encoded(req).expect("ranges encoded");
+            let answer = answer(&store, req).expect("ranges encoded");
             plain += usize::from(is_plain(req) && !expected.kvs.is_empty());
             assert_eq!(answer.kvs_len, answer.kvs.iter().map(Bytes::len).sum::<usize>(), "{req:?}");
             let header = expected.header.clone().expect("a header");
@@ -244,12 +319,56 @@ mod tests {
         assert!(plain > 20, "only {plain} plain ranges found values");
     }
 
+    /// A large Range's values are read after the store's lock is released: writes, a compaction and
+    /// its deletions in between change nothing in the answer, and the deletions wait for it.
+    #[test]
+    fn large_answers_read_after_the_lock_are_the_answer_at_the_lock() {
+        let mut store = MvccStore::open(Arc::new(MemBackend::default())).expect("opens");
+        for k in 0..400 {
+            put(&mut store, format!("k{k:03}").as_bytes(), vec![b'a'; k]);
+        }
+        store.commit().expect("commits");
+        for k in 0..100 {
+            put(&mut store, format!("k{k:03}").as_bytes(), vec![b'b'; k]);
+        }
+        let req = pb::RangeRequest { key: b"k".to_vec(), range_end: b"l".to_vec(), ..Default::default() };
+        let expected = store.range(&req).expect("ranges");
+        let RangeRead::Fetch(fetch) = store.range_encoded(&req).expect("ranges encoded") else {
+            panic!("400 keys are read after the lock");
+        };
+        assert_eq!(fetch.len(), 400);
+        for k in 0..400 {
+            put(&mut store, format!("k{k:03}").as_bytes(), vec![b'c'; 3]);
+        }
+        let current = store.current_revision();
+        store.apply(&Command::Compact(pb::CompactionRequest { revision: current, physical: false })).expect("compacts");
+        store.commit().expect("commits");
+        store.finish_index_compaction();
+        std::thread::sleep(std::time::Duration::from_millis(50));
+        let answer = fetch.run().expect("reads");
+        let header = expected.header.clone().expect("a header");
+        assert_eq!(encoded_answer(&answer, &header), expected.encode_to_vec());
+        drop(answer);
+        store.wait_compacted();
+        let mut stored = 0;
+        store
+            .backend()
+            .scan(Bucket::Key, &mut |_, _| {
+                stored += 1;
+                true
+            })
+            .expect("scans");
+        assert_eq!(stored, 400, "once the read is done, the compactor deletes what it freed");
+        let left = store.range(&pb::RangeRequest { revision: current - 1, ..req }).map(|_| ());
+        assert!(matches!(left, Err(Error::Compacted)));
+    }
+
     #[test]
     fn errors_are_the_plain_range_errors() {
         let mut store = MvccStore::open(Arc::new(MemBackend::default())).expect("opens");
         put(&mut store, b"a", b"1".to_vec());
         let future = pb::RangeRequest { key: b"a".to_vec(), revision: 99, ..Default::default() };
-        assert!(matches!(store.range_encoded(&future), Err(Error::FutureRevision)));
+        assert!(matches!(answer(&store, &future), Err(Error::FutureRevision)));
     }
 
     #[test]

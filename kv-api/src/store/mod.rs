@@ -40,7 +40,7 @@ mod write;
 use entry::decode_entry_head;
 pub(crate) use entry::{decode_entry, encode_entry};
 
-pub use encoded_range::EncodedRange;
+pub use encoded_range::{EncodedRange, RangeFetch, RangeRead};
 
 pub const META_COMPACT_REV: &[u8] = b"compact_rev";
 /// The enabled downgrade's target version (`3.5.0`), empty when none is.
@@ -477,9 +477,9 @@ impl MvccStore {
         content: &mut dyn Iterator<Item = std::result::Result<Record, BackendError>>,
     ) -> Result<()> {
         {
-            let mut paused = self.compactor.pause();
+            let mut stopped = self.compactor.stop();
             self.backend.replace_all(content)?;
-            self.compactor.reset(&mut paused);
+            self.compactor.reset(&mut stopped);
         }
         self.load()
     }

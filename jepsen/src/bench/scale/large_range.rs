@@ -1,6 +1,7 @@
 //! The large range probe: one Range over every key of the load (its whole prefix, no limit), on a
 //! connection of its own: how long the answer took (sent to decoded, so the client's decoding is
-//! in it), and how far the member's RSS rose above its level before while it served it.
+//! in it), how far the member's RSS rose above its level before while it served it, and the slowest
+//! put of a writer putting one key at a time meanwhile (the maintenance probe's writer).
 //!
 //! The answer is about `--keys` times the value, key and revisions (~210 MB by default). Neither
 //! server limits it (etcd caps the messages it sends at 2 GiB; `--max-request-bytes` applies only
@@ -15,7 +16,7 @@
 //! member freed earlier but kept (its allocator's, or Go's heap not yet returned) is reused without
 //! growth, so the figure is a lower bound of what the Range allocated.
 
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -24,6 +25,7 @@ use proto::etcdserverpb as pb;
 use serde::Serialize;
 use tokio::time::Instant;
 
+use super::maintenance::{self, Interval};
 use super::server::Server;
 use crate::bench::resources::{self, Memory};
 use crate::bench::workload::connect;
@@ -39,6 +41,8 @@ const RANGE_TIMEOUT: Duration = Duration::from_secs(300);
 const SAMPLE_PERIOD: Duration = Duration::from_millis(10);
 /// The member settles this long before the Range, so that the previous probe's work is over.
 const SETTLE: Duration = Duration::from_secs(2);
+/// The writer puts this long before the Range is sent.
+const WRITER_WARMUP: Duration = Duration::from_millis(300);
 
 /// Where the peak growth came from.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
@@ -72,6 +76,8 @@ pub struct LargeRangeMeasure {
     /// How far RSS rose above `before.rss_bytes` at its peak during the Range.
     pub peak_growth_bytes: u64,
     pub peak_source: PeakSource,
+    /// The slowest put of the concurrent writer in flight during the Range.
+    pub slowest_put_ms: f64,
     pub first_error: Option<String>,
 }
 
@@ -79,6 +85,10 @@ pub async fn run(server: &Server) -> Result<LargeRangeMeasure> {
     let channel = connect(&server.url).await?;
     let mut kv = pb::kv_client::KvClient::new(channel).max_decoding_message_size(usize::MAX);
     tokio::time::sleep(SETTLE).await;
+    let started = Instant::now();
+    let stop = Arc::new(AtomicBool::new(false));
+    let writer = tokio::spawn(maintenance::write_until(connect(&server.url).await?, started, Arc::clone(&stop)));
+    tokio::time::sleep(WRITER_WARMUP).await;
     let pid = server.host_pid()?;
     let read = |pid| resources::memory(pid).map_err(Error::system(format!("read /proc/{pid}/status")));
     let reset = resources::reset_peak_rss(pid);
@@ -95,9 +105,13 @@ pub async fn run(server: &Server) -> Result<LargeRangeMeasure> {
     let secs = sent.elapsed().as_secs_f64();
     let sampled_peak_rss_bytes = sampler.stop();
     let after = read(pid)?;
+    let start_secs = sent.duration_since(started).as_secs_f64();
+    let during = Interval { start_secs, end_secs: start_secs + secs };
+    stop.store(true, Ordering::Relaxed);
+    let (writer_puts, writer_error) = writer.await.map_err(|err| Error::Setup(format!("the writer died: {err}")))?;
 
     let (keys, response_bytes, first_error) = match &answer {
-        Ok(response) => (response.kvs.len() as u64, response.encoded_len() as u64, None),
+        Ok(response) => (response.kvs.len() as u64, response.encoded_len() as u64, writer_error),
         Err(status) => (0, 0, Some(format!("Range: {}", client::describe(status)))),
     };
     let (peak_growth_bytes, peak_source) = peak_growth(&before, &after, reset.is_ok(), sampled_peak_rss_bytes);
@@ -112,6 +126,7 @@ pub async fn run(server: &Server) -> Result<LargeRangeMeasure> {
         sampled_peak_rss_bytes,
         peak_growth_bytes,
         peak_source,
+        slowest_put_ms: maintenance::slowest(&writer_puts, &during),
         first_error,
     })
 }

@@ -143,7 +143,11 @@ pub async fn run(server: &Server) -> Result<MaintenanceMeasure> {
 
 /// Puts [`WRITER_KEY`] one at a time until `stop`, each bounded by [`MAINTENANCE_TIMEOUT`]; also
 /// how the first failed put failed, and when.
-async fn write_until(channel: Channel, started: Instant, stop: Arc<AtomicBool>) -> (Vec<WriterPut>, Option<String>) {
+pub(super) async fn write_until(
+    channel: Channel,
+    started: Instant,
+    stop: Arc<AtomicBool>,
+) -> (Vec<WriterPut>, Option<String>) {
     let mut kv = pb::kv_client::KvClient::new(channel);
     let mut puts = Vec::new();
     let mut first_error = None;
@@ -183,7 +187,7 @@ async fn wait_for_metric_above(server: &Server, metric: &str, before: f64) -> bo
 }
 
 /// The slowest put that was in flight at some point of `interval`; 0 when none was.
-fn slowest(puts: &[WriterPut], interval: &Interval) -> f64 {
+pub(super) fn slowest(puts: &[WriterPut], interval: &Interval) -> f64 {
     puts.iter().filter(|p| interval.overlaps(p)).map(|p| p.latency_ms).fold(0.0, f64::max)
 }
 

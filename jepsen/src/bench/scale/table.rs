@@ -103,6 +103,7 @@ fn probes(first: &TargetResult) -> Vec<Probe> {
         probe("RSS growth MB over those puts".into(), |r| r.slow_consumer.rss_growth_bytes as f64 / MB, 0),
         probe(format!("one Range of all {} loaded keys (no limit), s", l.keys), |r| r.large_range.secs, 3),
         probe("peak RSS growth MB during that Range".into(), |r| r.large_range.peak_growth_bytes as f64 / MB, 0),
+        probe("slowest put of a concurrent writer during that Range, ms".into(), |r| r.large_range.slowest_put_ms, 1),
     ]
 }
 
@@ -214,6 +215,7 @@ mod tests {
                 response_bytes: (2.0 * MB) as u64,
                 secs: 0.5 * scale,
                 peak_growth_bytes: (40.0 * MB) as u64,
+                slowest_put_ms: 20.0 * scale,
                 ..LargeRangeMeasure::default()
             },
             duration_secs: 10.0,
@@ -239,8 +241,12 @@ mod tests {
         assert_eq!(cells(&table, "slow consumer: puts/s of 1024 B for 10 s")[1..], ["3000", "3000", "1.00"]);
         assert_eq!(cells(&table, "RSS growth MB over those puts")[1..], ["-10", "-20", "2.00"]);
         assert_eq!(cells(&table, "one Range of all 2000 loaded keys (no limit), s")[1..], ["0.500", "1.000", "2.00"]);
+        assert_eq!(
+            cells(&table, "slowest put of a concurrent writer during that Range, ms")[1..],
+            ["20.0", "40.0", "2.00"]
+        );
         assert_eq!(cells(&table, "peak RSS growth MB during that Range")[1..], ["40", "40", "1.00"]);
-        assert_eq!(table.lines().filter(|l| !l.starts_with("etcd:") && !l.starts_with("ours:")).count(), 16);
+        assert_eq!(table.lines().filter(|l| !l.starts_with("etcd:") && !l.starts_with("ours:")).count(), 17);
         assert!(table.contains("etcd: compaction at revision 5000 took 1.000 s until the answer"), "{table}");
         assert!(
             table.contains("ours: the slow watcher, read again, got 30000 events for 30000 puts in 1.5 s\n"),
