@@ -160,8 +160,9 @@ impl KeyIndex {
     /// Drops the revisions no read at or after `at` can see, appending them to `freed`. Returns true when the
     /// key has no revision left and can leave the index.
     pub fn compact(&mut self, at: i64, freed: &mut Vec<Revision>) -> bool {
-        // Apply compacts every key at once, under the store's lock: keys with nothing at or before `at`
-        // (generations are in revision order) are left untouched, the others changed in place.
+        // Every key of the index comes through here (in steps, under the store's lock): keys with
+        // nothing at or before `at` (generations are in revision order) are left untouched, the others
+        // changed in place.
         if self.generations[0].revs.first().is_some_and(|first| first.main > at) {
             return false;
         }

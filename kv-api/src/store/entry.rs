@@ -11,6 +11,7 @@ use crate::error::{Error, Result};
 pub(crate) const ENTRY_PUT: u8 = 0;
 pub(crate) const ENTRY_TOMBSTONE: u8 = 1;
 
+/// Encodes a revision's entry for the key bucket: a kind byte, then the `KeyValue`.
 pub(crate) fn encode_entry(tombstone: bool, kv: &KeyValue) -> Vec<u8> {
     let mut out = Vec::with_capacity(1 + kv.encoded_len());
     out.push(if tombstone { ENTRY_TOMBSTONE } else { ENTRY_PUT });

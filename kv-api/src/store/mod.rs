@@ -53,7 +53,6 @@ impl From<BackendError> for Error {
     }
 }
 
-/// Encodes a revision's entry for the key bucket: a kind byte, then the `KeyValue`.
 /// The write in progress inside one `apply`.
 #[derive(Clone, Copy, Debug, Default)]
 struct WriteTxn {
