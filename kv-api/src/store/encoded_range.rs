@@ -157,14 +157,7 @@ impl RangeFetch {
 
     /// Reads and encodes the values.
     pub fn run(self) -> Result<EncodedRange> {
-        let mut kvs = Chunks::default();
-        for rev in &self.revisions {
-            match self.staged.get(rev) {
-                Some(kv) => kvs.push(kv),
-                None => encode_stored(&*self.backend, *rev, &mut kvs)?,
-            }
-        }
-        let (kvs, kvs_len) = kvs.finish();
+        let (kvs, kvs_len) = encode_values(&self.revisions, &self.staged, &*self.backend)?;
         Ok(EncodedRange { kvs, kvs_len, more: self.more, count: self.count, revision: self.revision })
     }
 }
@@ -178,8 +171,8 @@ impl MvccStore {
             let mut kvs = Chunks::default();
             resp.kvs.iter().for_each(|kv| kvs.push(kv));
             let (kvs, kvs_len) = kvs.finish();
-            let revision = resp.header.map_or(self.current, |header| header.revision);
-            return Ok(RangeRead::Done(EncodedRange { kvs, kvs_len, more: resp.more, count: resp.count, revision }));
+            let (more, count, revision) = (resp.more, resp.count, self.current);
+            return Ok(RangeRead::Done(EncodedRange { kvs, kvs_len, more, count, revision }));
         }
         stats::count(&stats::RANGES);
         let at = self.read_revision(req, self.current)?;
@@ -197,20 +190,29 @@ impl MvccStore {
         // Waiting for the compactor's batch here would hold the lock: read under it instead.
         let paused = (revisions.len() >= FETCH_UNLOCKED_KEYS).then(|| self.compactor.try_pause()).flatten();
         let Some(paused) = paused else {
-            let mut kvs = Chunks::default();
-            for rev in revisions {
-                match self.staged.get(&rev) {
-                    Some(kv) => kvs.push(kv),
-                    None => encode_stored(&*self.backend, rev, &mut kvs)?,
-                }
-            }
-            let (kvs, kvs_len) = kvs.finish();
+            let (kvs, kvs_len) = encode_values(&revisions, &self.staged, &*self.backend)?;
             return Ok(RangeRead::Done(EncodedRange { kvs, kvs_len, more, count, revision }));
         };
         let staged = revisions.iter().filter_map(|rev| self.staged.get(rev).map(|kv| (*rev, kv.clone()))).collect();
         let backend = self.backend.clone();
         Ok(RangeRead::Fetch(RangeFetch { backend, revisions, staged, more, count, revision, _paused: paused }))
     }
+}
+
+/// The `kvs` fields of `revisions`, from `staged` when there, else from the backend.
+fn encode_values(
+    revisions: &[Revision],
+    staged: &HashMap<Revision, KeyValue>,
+    backend: &dyn Backend,
+) -> Result<(Vec<Bytes>, usize)> {
+    let mut kvs = Chunks::default();
+    for rev in revisions {
+        match staged.get(rev) {
+            Some(kv) => kvs.push(kv),
+            None => encode_stored(backend, *rev, &mut kvs)?,
+        }
+    }
+    Ok(kvs.finish())
 }
 
 /// Appends the value stored at `rev` as a `kvs` field.
