@@ -171,3 +171,30 @@ async fn a_compaction_interrupted_by_kill9_resumes_after_the_restart() -> anyhow
     }
     Ok(())
 }
+
+/// A physical compaction of more keys than one step of ours compacts in the key index (10,000), with
+/// no write after it: the member's own steps finish the index and the deletion, so the answer comes
+/// (etcdctl would time out after five seconds otherwise), and one revision per key is left.
+#[tokio::test]
+async fn a_physical_compaction_of_many_keys_answers_with_no_write_after_it() -> anyhow::Result<()> {
+    const KEYS: usize = 25_000;
+    const PER_TXN: usize = 100;
+    let member = Member::start().await?;
+    let mut client = member.client().await?;
+    let mut revision = 0;
+    for round in 0..2 {
+        for first in (0..KEYS).step_by(PER_TXN) {
+            let puts = (first..first + PER_TXN)
+                .map(|n| etcd_client::TxnOp::put(format!("many/{n:05}"), format!("{round}"), None))
+                .collect::<Vec<_>>();
+            let answer = client.txn(etcd_client::Txn::new().and_then(puts)).await?;
+            revision = answer.header().context("header")?.revision();
+        }
+    }
+    member.etcdctl(&["compaction", "--physical", &revision.to_string()]).await?.ok()?;
+    let left = entries(&member).await?;
+    assert!(left <= (KEYS + 10) as u64, "{left} entries left after a physical compaction of {KEYS} keys");
+    let got = client.get("many/", Some(etcd_client::GetOptions::new().with_prefix().with_count_only())).await?;
+    assert_eq!(got.count(), KEYS as i64);
+    Ok(())
+}
