@@ -202,6 +202,7 @@ impl KeyIndex {
     }
 
     /// Revisions of this key with `main <= at` (after a compaction at `at`, at most one per life).
+    #[cfg(test)]
     pub fn revisions_upto(&self, at: i64) -> impl Iterator<Item = Revision> + '_ {
         self.generations
             .iter()

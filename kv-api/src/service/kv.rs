@@ -65,7 +65,7 @@ impl<C: Consensus> KvService<C> {
         let answer = match self.read_range(token, req, MvccStore::range_encoded).await? {
             RangeRead::Done(answer) => answer,
             // Thousands of values: off the async runtime's threads.
-            RangeRead::Fetch(fetch) if fetch.len() >= BLOCKING_FETCH_KEYS => {
+            RangeRead::Fetch(fetch) if fetch.values() >= BLOCKING_FETCH_KEYS => {
                 tokio::task::spawn_blocking(move || fetch.run())
                     .await
                     .map_err(|e| Error::Internal(format!("range read: {e}")))??

@@ -147,12 +147,8 @@ pub struct RangeFetch {
 
 impl RangeFetch {
     /// How many values are left to read.
-    pub fn len(&self) -> usize {
+    pub fn values(&self) -> usize {
         self.revisions.len()
-    }
-
-    pub fn is_empty(&self) -> bool {
-        self.revisions.is_empty()
     }
 
     /// Reads and encodes the values.
@@ -338,7 +334,7 @@ mod tests {
         let RangeRead::Fetch(fetch) = store.range_encoded(&req).expect("ranges encoded") else {
             panic!("400 keys are read after the lock");
         };
-        assert_eq!(fetch.len(), 400);
+        assert_eq!(fetch.values(), 400);
         for k in 0..400 {
             put(&mut store, format!("k{k:03}").as_bytes(), vec![b'c'; 3]);
         }
