@@ -133,6 +133,32 @@ async fn large_entries_are_stored_in_pieces_and_read_back_whole() {
     assert_eq!(&first_key[..8], &index_key(5), "the purged entry 4 left no piece behind");
 }
 
+/// A log written by an earlier build, whose pieces were 8 KiB, reads back whole: the first piece says
+/// how many there are, not how large they are (a rolling upgrade keeps the log it has).
+#[tokio::test]
+async fn entries_stored_in_pieces_of_another_size_read_back_whole() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let written: Vec<Entry> = (1..=3).map(|i| large(1, i, 30)).collect();
+    {
+        let (log, _sm, _store) = open(dir.path()).expect("open");
+        for entry in &written {
+            let bytes = encode(entry).expect("encode");
+            let pieces: Vec<&[u8]> = bytes.chunks(8 << 10).collect();
+            assert!(pieces.len() > 1 && (8 << 10) != CHUNK_BYTES);
+            for (n, piece) in pieces.iter().enumerate() {
+                let value =
+                    if n == 0 { [&(pieces.len() as u32).to_be_bytes()[..], piece].concat() } else { piece.to_vec() };
+                let key = [&entry.log_id.index.to_be_bytes()[..], &(n as u32).to_be_bytes()].concat();
+                log.logs.insert(key, value).expect("insert");
+            }
+        }
+        log.db.flush().expect("flush");
+    }
+    let (mut log, _sm, _store) = crate::storage::reopen(dir.path());
+    assert_eq!(log.get_log_state().await.expect("state").last_log_id, Some(written[2].log_id));
+    assert_eq!(log.try_get_log_entries(..).await.expect("read"), written);
+}
+
 #[tokio::test]
 async fn an_append_cut_short_by_a_crash_leaves_the_entries_before_it() {
     let dir = tempfile::tempdir().expect("tempdir");
