@@ -51,29 +51,74 @@ impl<'a> KeyRange<'a> {
 #[derive(Debug, Default)]
 pub struct TreeIndex {
     keys: BTreeMap<Vec<u8>, KeyIndex>,
+    /// What the index holds, kept as it changes (see [`TreeIndex::size`]).
+    size: IndexSize,
+}
+
+/// How much the key index holds: its keys' bytes and their revisions.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct IndexSize {
+    pub keys: u64,
+    pub key_bytes: u64,
+    pub revisions: u64,
+}
+
+impl IndexSize {
+    /// About what this takes in memory: each key's bytes and its entry in the tree (the key's and its
+    /// history's headers, its first generation, the tree's node room), and 16 bytes per revision.
+    pub fn estimated_bytes(&self) -> u64 {
+        const PER_KEY: u64 = 112;
+        const PER_REVISION: u64 = std::mem::size_of::<Revision>() as u64;
+        self.keys * PER_KEY + self.key_bytes + self.revisions * PER_REVISION
+    }
 }
 
 impl TreeIndex {
+    /// The entry of `key`, made (and counted) when new.
+    fn entry(&mut self, key: &[u8]) -> &mut KeyIndex {
+        if !self.keys.contains_key(key) {
+            self.size.keys += 1;
+            self.size.key_bytes += key.len() as u64;
+            self.keys.insert(key.to_vec(), KeyIndex::default());
+        }
+        self.keys.get_mut(key).expect("the entry was just made")
+    }
+
     pub fn put(&mut self, key: &[u8], rev: Revision) {
-        self.keys.entry(key.to_vec()).or_default().put(rev);
+        self.entry(key).put(rev);
+        self.size.revisions += 1;
     }
 
     pub fn restore(&mut self, key: &[u8], created: Revision, rev: Revision, version: i64) {
-        // A member's start restores every stored revision: copy the key only when it is new.
-        match self.keys.get_mut(key) {
-            Some(ki) => ki.restore(created, rev, version),
-            None => self.keys.entry(key.to_vec()).or_default().restore(created, rev, version),
-        }
+        // A member's start restores every stored revision: the key is copied only when it is new.
+        self.entry(key).restore(created, rev, version);
+        self.size.revisions += 1;
     }
 
     /// Restores a tombstone found in the backend; false when no life of the key was there to end.
     pub fn restore_tombstone(&mut self, key: &[u8], rev: Revision) -> bool {
-        self.keys.get_mut(key).is_some_and(|ki| ki.restore_tombstone(rev))
+        let done = self.keys.get_mut(key).is_some_and(|ki| ki.restore_tombstone(rev));
+        self.size.revisions += u64::from(done);
+        done
     }
 
     /// Ends the life of `key` at `rev`; false when it was not alive.
     pub fn tombstone(&mut self, key: &[u8], rev: Revision) -> bool {
-        self.keys.get_mut(key).is_some_and(|ki| ki.tombstone(rev))
+        let done = self.keys.get_mut(key).is_some_and(|ki| ki.tombstone(rev));
+        self.size.revisions += u64::from(done);
+        done
+    }
+
+    /// What the index holds now.
+    pub fn size(&self) -> IndexSize {
+        self.size
+    }
+
+    /// Counts out a key that left the index, and `freed` revisions.
+    fn forget(&mut self, removed_keys: u64, removed_key_bytes: u64, freed: usize) {
+        self.size.keys -= removed_keys;
+        self.size.key_bytes -= removed_key_bytes;
+        self.size.revisions -= freed as u64;
     }
 
     pub fn get(&self, key: &[u8], at: i64) -> Option<KeyAt> {
@@ -96,7 +141,16 @@ impl TreeIndex {
     /// sorts them).
     pub fn compact(&mut self, at: i64) -> Vec<Revision> {
         let mut freed = Vec::new();
-        self.keys.retain(|_, ki| !ki.compact(at, &mut freed));
+        let (mut removed, mut removed_bytes) = (0, 0);
+        self.keys.retain(|key, ki| {
+            let gone = ki.compact(at, &mut freed);
+            if gone {
+                removed += 1;
+                removed_bytes += key.len() as u64;
+            }
+            !gone
+        });
+        self.forget(removed, removed_bytes, freed.len());
         freed
     }
 
@@ -106,6 +160,7 @@ impl TreeIndex {
     pub fn compact_some(&mut self, at: i64, from: &[u8], budget: usize, freed: &mut Vec<Revision>) -> Option<Vec<u8>> {
         let mut emptied = Vec::new();
         let mut next = None;
+        let freed_before = freed.len();
         for (n, (key, ki)) in self.keys.range_mut::<[u8], _>((Bound::Included(from), Bound::Unbounded)).enumerate() {
             if n == budget {
                 next = Some(key.clone());
@@ -115,6 +170,8 @@ impl TreeIndex {
                 emptied.push(key.clone());
             }
         }
+        let emptied_bytes = emptied.iter().map(|key| key.len() as u64).sum();
+        self.forget(emptied.len() as u64, emptied_bytes, freed.len() - freed_before);
         for key in emptied {
             self.keys.remove(&key);
         }
@@ -138,6 +195,7 @@ impl TreeIndex {
 
     pub fn clear(&mut self) {
         self.keys.clear();
+        self.size = IndexSize::default();
     }
 }
 
@@ -174,6 +232,42 @@ mod tests {
         }
     }
 
+    /// What the index's counters should say, counted afresh.
+    fn recount(index: &TreeIndex) -> IndexSize {
+        IndexSize {
+            keys: index.keys.len() as u64,
+            key_bytes: index.keys.keys().map(|k| k.len() as u64).sum(),
+            revisions: index.keys.values().map(|ki| ki.revisions_after(0).len() as u64).sum(),
+        }
+    }
+
+    #[test]
+    fn the_index_counts_what_it_holds() {
+        let mut index = TreeIndex::default();
+        index.put(b"a", rev(2));
+        index.put(b"bb", rev(3));
+        index.put(b"a", rev(4));
+        assert!(index.tombstone(b"bb", rev(5)));
+        assert!(!index.tombstone(b"bb", rev(6)), "a dead key has no life to end");
+        index.restore(b"ccc", rev(7), rev(7), 1);
+        assert!(index.restore_tombstone(b"ccc", rev(8)));
+        assert_eq!(index.size(), IndexSize { keys: 3, key_bytes: 6, revisions: 6 });
+        assert_eq!(index.size(), recount(&index));
+        // Compacting past the tombstones takes their keys out; "a" keeps its newest revision.
+        let mut freed = Vec::new();
+        assert_eq!(index.compact_some(8, b"", 2, &mut freed), Some(b"ccc".to_vec()));
+        assert_eq!(index.size(), recount(&index));
+        assert_eq!(index.compact_some(8, b"ccc", 2, &mut freed), None);
+        assert_eq!(index.size(), IndexSize { keys: 1, key_bytes: 1, revisions: 1 });
+        assert_eq!(freed.len(), 5);
+        index.put(b"dd", rev(9));
+        assert_eq!(index.compact(9).len(), 0);
+        assert_eq!(index.size(), recount(&index));
+        assert!(index.size().estimated_bytes() > 2 * 112);
+        index.clear();
+        assert_eq!(index.size(), IndexSize::default());
+    }
+
     #[test]
     fn compaction_in_steps_ends_as_compaction_at_once() {
         let mut whole = TreeIndex::default();
@@ -190,7 +284,8 @@ mod tests {
             }
         }
         let at = main - 20;
-        let mut stepped = TreeIndex { keys: whole.keys.clone() };
+        let mut stepped = TreeIndex { keys: whole.keys.clone(), size: whole.size };
+        assert_eq!(whole.size(), recount(&whole));
         let kept: Vec<_> = whole.revisions_kept_at(at).into_iter().collect();
         let mut expected = whole.compact(at);
         expected.sort_unstable();
@@ -203,6 +298,7 @@ mod tests {
         freed.sort_unstable();
         assert_eq!(freed, expected);
         assert_eq!(stepped.keys, whole.keys);
+        assert_eq!((stepped.size(), whole.size()), (recount(&whole), recount(&whole)));
         assert_eq!(steps, 50usize.div_ceil(7));
         let mut upto: Vec<_> = whole.keys.values().flat_map(|ki| ki.revisions_upto(at)).collect();
         let mut kept = kept;

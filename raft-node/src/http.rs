@@ -37,6 +37,8 @@ pub struct Endpoints {
     pub store: SharedStore,
     /// The member's watchers, for their backlog on `/metrics`.
     pub watch_hub: Arc<kv_api::watch::WatchHub>,
+    /// The Raft log's in-memory tail, for `/metrics`.
+    pub log_tail: crate::storage::TailSize,
     pub member_id: u64,
     /// The emulated etcd version (`--emulated-version`).
     pub version: String,
@@ -178,6 +180,7 @@ impl Endpoints {
             features: self.features.clone(),
             cluster_version: self.cluster_version(),
             watch_backlog: self.watch_hub.backlog(),
+            log_tail: self.log_tail.read(),
             ..MemberView::default()
         };
         // The backend's size and /proc are read from files: not on the runtime.
@@ -186,12 +189,14 @@ impl Endpoints {
             let store = store.read();
             let keys = store.live_keys();
             let sizes = (store.backend().size_bytes(), keys, store.current_revision(), store.compacted_revision());
+            let index = store.index_size();
             drop(store);
-            (sizes, ProcessView::read())
+            (sizes, index, ProcessView::read())
         })
         .await;
-        if let Ok(((db_size, keys, current, compacted), process)) = read {
+        if let Ok(((db_size, keys, current, compacted), index, process)) = read {
             view.db_size = db_size;
+            view.index = index;
             view.keys = keys;
             view.current_revision = current;
             view.compact_revision = compacted;

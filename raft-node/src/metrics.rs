@@ -166,6 +166,10 @@ pub struct MemberView {
     pub features: Vec<(&'static str, &'static str, bool)>,
     /// What the watchers hold back.
     pub watch_backlog: kv_api::watch::Backlog,
+    /// What the key index holds.
+    pub index: kv_api::index::IndexSize,
+    /// The Raft log's in-memory tail: entries and their encoded bytes.
+    pub log_tail: (usize, usize),
     pub process: ProcessView,
 }
 
@@ -338,6 +342,41 @@ pub fn render(view: &MemberView) -> String {
     for (name, help, bytes) in allocator {
         out.labelled(name, help, GAUGE, &[(&[], bytes as f64)]);
     }
+    // What the member's own structures hold, by part; sled's caches are bounded by their configured size
+    // (`raft_node_cache_capacity_bytes`), the rest of the allocated bytes are requests in flight.
+    let held = [
+        ("key_index", view.index.estimated_bytes()),
+        ("log_tail", view.log_tail.1 as u64),
+        ("watch_pending", view.watch_backlog.pending_bytes),
+    ];
+    let series: Vec<([(&str, &str); 1], f64)> =
+        held.iter().map(|(part, bytes)| ([("part", *part)], *bytes as f64)).collect();
+    let series: Vec<(Labels<'_>, f64)> = series.iter().map(|(labels, value)| (&labels[..], *value)).collect();
+    out.labelled(
+        "raft_node_memory_held_bytes",
+        "Bytes held by part: the key index (estimated from its keys, key bytes and revisions), the Raft log's \
+         in-memory tail (encoded), the events buffered for watchers (their keys and values).",
+        GAUGE,
+        &series,
+    );
+    let counts = [
+        ("raft_node_key_index_keys", "Keys in the key index, deleted ones included until compacted.", view.index.keys),
+        ("raft_node_key_index_revisions", "Revisions in the key index.", view.index.revisions),
+        ("raft_node_log_tail_entries", "Raft log entries kept in memory.", view.log_tail.0 as u64),
+    ];
+    for (name, help, value) in counts {
+        out.labelled(name, help, GAUGE, &[(&[], value as f64)]);
+    }
+    let caches = [("log", crate::storage::LOG_CACHE_BYTES), ("store", crate::storage::CACHE_BYTES)];
+    let series: Vec<([(&str, &str); 1], f64)> =
+        caches.iter().map(|(db, bytes)| ([("db", *db)], *bytes as f64)).collect();
+    let series: Vec<(Labels<'_>, f64)> = series.iter().map(|(labels, value)| (&labels[..], *value)).collect();
+    out.labelled(
+        "raft_node_cache_capacity_bytes",
+        "The page cache size each sled database is configured with.",
+        GAUGE,
+        &series,
+    );
     let watch_gauges = [
         (
             "etcd_debugging_mvcc_watch_stream_total",

@@ -180,6 +180,7 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> anyhow::
     let connectivity = crate::connectivity::Connectivity::default();
     let network = PeerNetwork::new(dialer.clone(), connectivity.clone());
     let appended = log_store.appended_bytes();
+    let log_tail = log_store.tail_size();
     let raft = Raft::new(identity.member_id, Arc::new(raft_config), network.clone(), log_store, state_machine)
         .await
         .context("starting Raft")?;
@@ -302,6 +303,7 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> anyhow::
         raft: raft.clone(),
         store: store.clone(),
         watch_hub: watch_hub.clone(),
+        log_tail,
         member_id: identity.member_id,
         version: config.emulated_version.clone(),
         quota_backend_bytes: config.quota_backend_bytes().unwrap_or(0),

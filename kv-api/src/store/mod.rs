@@ -289,6 +289,11 @@ impl MvccStore {
         self.live_keys
     }
 
+    /// What the key index holds (dead keys and old revisions included, until compacted).
+    pub fn index_size(&self) -> crate::index::IndexSize {
+        self.index.size()
+    }
+
     pub fn compacted_revision(&self) -> i64 {
         self.compacted
     }

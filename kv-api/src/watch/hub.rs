@@ -78,6 +78,9 @@ pub struct Drained {
 pub struct Backlog {
     pub slow_watchers: u64,
     pub pending_events: u64,
+    /// The keys' and values' bytes of the pending events (an event buffered for several watchers is
+    /// held once and counted once per watcher).
+    pub pending_bytes: u64,
 }
 
 /// A watcher as the hub keeps it.
@@ -173,9 +176,11 @@ impl WatchHub {
     /// unsynced watchers, which catch up from the store, and the events buffered for all of them.
     pub fn backlog(&self) -> Backlog {
         let state = self.state.lock();
+        let bytes = |event: &Arc<Event>| event.kv.as_ref().map_or(0, |kv| (kv.key.len() + kv.value.len()) as u64);
         state.slots.values().fold(Backlog::default(), |sum, slot| Backlog {
             slow_watchers: sum.slow_watchers + u64::from(!slot.synced),
             pending_events: sum.pending_events + slot.pending.len() as u64,
+            pending_bytes: sum.pending_bytes + slot.pending.iter().map(bytes).sum::<u64>(),
         })
     }
 
@@ -441,7 +446,7 @@ mod tests {
         let hub = WatchHub::new(5);
         let w = hub.register(range("a", ""), 3, Arc::new(Notify::new()));
         assert_eq!((w.synced, w.start, w.revision), (false, 3, 5));
-        assert_eq!(hub.backlog(), Backlog { slow_watchers: 1, pending_events: 0 });
+        assert_eq!(hub.backlog(), Backlog { slow_watchers: 1, pending_events: 0, pending_bytes: 0 });
         hub.notify(6, vec![put("a", 6)]);
         let (_, drained) = hub.drain([w.key]);
         assert!(drained[0].1.events.is_empty(), "unsynced watchers get nothing from notify");
@@ -449,9 +454,10 @@ mod tests {
         // A catch-up that read only through 5 is behind notify.
         assert!(!hub.try_sync(w.key, 5));
         assert!(hub.try_sync(w.key, 6));
-        assert_eq!(hub.backlog(), Backlog { slow_watchers: 0, pending_events: 0 });
+        assert_eq!(hub.backlog(), Backlog::default());
         hub.notify(7, vec![put("a", 7)]);
-        assert_eq!(hub.backlog(), Backlog { slow_watchers: 0, pending_events: 1 });
+        // One event of key "a" and no value.
+        assert_eq!(hub.backlog(), Backlog { slow_watchers: 0, pending_events: 1, pending_bytes: 1 });
         let (_, drained) = hub.drain([w.key]);
         assert_eq!(keys_and_revs(&drained[0].1), vec![("a".to_string(), 7)]);
         // A future start is synced at once.

@@ -57,7 +57,7 @@ pub struct LogStore {
 /// Entries the tail keeps, at most (each may carry many clients' writes)...
 const TAIL_ENTRIES: usize = 256;
 /// ... and their encoded bytes, about.
-const TAIL_BYTES: usize = 16 << 20;
+const TAIL_BYTES: usize = 8 << 20;
 /// An encoded entry longer than this is stored in pieces of this size.
 pub(crate) const CHUNK_BYTES: usize = 2 << 10;
 
@@ -111,6 +111,17 @@ impl Tail {
     fn retain(&mut self, keep: impl Fn(&Entry) -> bool) {
         self.entries.retain(|(entry, _)| keep(entry));
         self.bytes = self.entries.iter().map(|(_, size)| size).sum();
+    }
+}
+
+/// A view of a log store's tail for `/metrics`: its entries and their encoded bytes.
+#[derive(Clone, Debug)]
+pub struct TailSize(Arc<Mutex<Tail>>);
+
+impl TailSize {
+    pub fn read(&self) -> (usize, usize) {
+        let tail = self.0.lock();
+        (tail.entries.len(), tail.bytes)
     }
 }
 
@@ -191,6 +202,11 @@ impl LogStore {
     /// The count of encoded bytes this process appended, shared.
     pub fn appended_bytes(&self) -> Arc<AtomicU64> {
         self.appended.clone()
+    }
+
+    /// What the tail holds, shared.
+    pub fn tail_size(&self) -> TailSize {
+        TailSize(self.tail.clone())
     }
 
     pub fn without_fsync(self, no_fsync: bool) -> Self {

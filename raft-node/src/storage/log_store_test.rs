@@ -188,7 +188,9 @@ async fn the_tail_keeps_a_bounded_number_of_bytes() {
     let (mut log, _sm, _store) = open(dir.path()).expect("open");
     // 40 entries of 1 MiB: more than the tail's bytes, fewer than its entries.
     log.blocking_append((1..=40).map(|i| large(1, i, 1024))).await.expect("append");
+    let (entries, bytes) = log.tail_size().read();
     let tail = log.tail.lock();
+    assert_eq!((entries, bytes), (tail.entries.len(), tail.bytes), "the view reads this store's tail");
     assert!(tail.bytes <= TAIL_BYTES && tail.bytes > TAIL_BYTES / 2, "{} bytes", tail.bytes);
     assert_eq!(tail.back().map(|e| e.log_id.index), Some(40));
     assert_eq!(tail.bytes, tail.entries.iter().map(|(_, size)| size).sum::<usize>());

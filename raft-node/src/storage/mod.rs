@@ -61,7 +61,7 @@ pub mod state_machine;
 #[cfg(test)]
 mod suite_test;
 
-pub use log_store::LogStore;
+pub use log_store::{LogStore, TailSize};
 pub use sled_backend::SledBackend;
 pub use state_machine::StateMachine;
 
@@ -70,6 +70,8 @@ pub use state_machine::StateMachine;
 /// cache). sled holds several times this much (measured: a member after 400k puts of 1 KiB kept 449 MB
 /// resident with 64 MiB, 305 MB with 16 MiB, at the same load rate).
 pub(crate) const CACHE_BYTES: u64 = 16 * 1024 * 1024;
+/// The log's database has the same.
+pub(crate) const LOG_CACHE_BYTES: u64 = CACHE_BYTES;
 
 /// Opens (or creates) the member's database at `dir`: the log store, the state machine and the MVCC
 /// store the services read, all on one sled database (see the module doc for why).
@@ -92,7 +94,7 @@ pub fn open_split(log_dir: &Path, dir: &Path) -> Result<(LogStore, StateMachine,
 
 /// The sled database at `dir`, created if missing.
 pub(crate) fn open_db(dir: &Path) -> Result<sled::Db, sled::Error> {
-    sled::Config::new().path(dir).cache_capacity(CACHE_BYTES).open()
+    sled::Config::new().path(dir).cache_capacity(LOG_CACHE_BYTES).open()
 }
 
 /// Reopens a database dropped a moment ago in this process: sled releases its file lock only once its

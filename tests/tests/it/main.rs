@@ -30,6 +30,7 @@ mod lock_election;
 mod maintenance;
 mod maintenance_compaction;
 mod maintenance_quota;
+mod memory_gauges;
 mod membership_rules;
 mod snapshot;
 mod snapshot_etcd;
