@@ -95,6 +95,26 @@ pub trait Backend: Send + Sync + 'static {
     /// Calls `visit` on every entry of `bucket` in key order until it returns false.
     fn scan(&self, bucket: Bucket, visit: &mut dyn FnMut(&[u8], &[u8]) -> bool) -> Result<(), BackendError>;
 
+    /// [`Backend::scan`] from `start` on (itself included). Safe to call from several threads at once.
+    fn scan_from(
+        &self,
+        bucket: Bucket,
+        start: &[u8],
+        visit: &mut dyn FnMut(&[u8], &[u8]) -> bool,
+    ) -> Result<(), BackendError> {
+        self.scan(bucket, &mut |key, value| key < start || visit(key, value))
+    }
+
+    /// The last key of `bucket`, if it has any.
+    fn last_key(&self, bucket: Bucket) -> Result<Option<Vec<u8>>, BackendError> {
+        let mut last = None;
+        self.scan(bucket, &mut |key, _| {
+            last = Some(key.to_vec());
+            true
+        })?;
+        Ok(last)
+    }
+
     /// Applies every change of `batch`, all or nothing.
     fn write(&self, batch: WriteBatch) -> Result<(), BackendError>;
 
@@ -174,6 +194,25 @@ impl Backend for MemBackend {
     fn size_bytes(&self) -> u64 {
         self.buckets.read().iter().map(|((_, k), v)| (k.len() + v.len()) as u64).sum()
     }
+}
+
+/// Visits the entries of `bucket` from `start` on, in key order, while `visit` answers `Ok(true)`;
+/// stops at the first `Ok(false)` or error (which it returns).
+pub(crate) fn try_scan_from(
+    backend: &dyn Backend,
+    bucket: Bucket,
+    start: &[u8],
+    mut visit: impl FnMut(&[u8], &[u8]) -> crate::error::Result<bool>,
+) -> crate::error::Result<()> {
+    let mut failure = None;
+    backend.scan_from(bucket, start, &mut |key, value| match visit(key, value) {
+        Ok(more) => more,
+        Err(err) => {
+            failure = Some(err);
+            false
+        }
+    })?;
+    failure.map_or(Ok(()), Err)
 }
 
 /// Visits every entry of `bucket` in key order, stopping at the first error `visit` returns.

@@ -1,6 +1,6 @@
 //! The in-memory index of every key: key bytes → [`KeyIndex`], ordered by key for range scans.
 
-use std::collections::{BTreeMap, HashSet};
+use std::collections::{btree_map, BTreeMap, HashSet};
 use std::ops::Bound;
 
 use crate::key_index::{KeyAt, KeyIndex};
@@ -76,12 +76,15 @@ impl IndexSize {
 impl TreeIndex {
     /// The entry of `key`, made (and counted) when new.
     fn entry(&mut self, key: &[u8]) -> &mut KeyIndex {
-        if !self.keys.contains_key(key) {
-            self.size.keys += 1;
-            self.size.key_bytes += key.len() as u64;
-            self.keys.insert(key.to_vec(), KeyIndex::default());
+        // One lookup: copying a key is cheaper than looking it up twice.
+        match self.keys.entry(key.to_vec()) {
+            btree_map::Entry::Occupied(entry) => entry.into_mut(),
+            btree_map::Entry::Vacant(entry) => {
+                self.size.keys += 1;
+                self.size.key_bytes += key.len() as u64;
+                entry.insert(KeyIndex::default())
+            }
         }
-        self.keys.get_mut(key).expect("the entry was just made")
     }
 
     pub fn put(&mut self, key: &[u8], rev: Revision) {

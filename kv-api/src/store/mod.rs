@@ -34,10 +34,10 @@ use crate::stats;
 mod encoded_range;
 mod entry;
 mod index_compaction;
+mod load_keys;
 mod txn;
 mod write;
 
-use entry::decode_entry_head;
 pub(crate) use entry::{decode_entry, encode_entry};
 
 pub use encoded_range::{EncodedRange, RangeFetch, RangeRead};
@@ -146,6 +146,12 @@ impl MvccStore {
     }
 
     fn load(&mut self) -> Result<()> {
+        self.load_planned(load_keys::PARALLEL_FROM, load_keys::RANGES)
+    }
+
+    /// [`MvccStore::load`], reading the key bucket with several threads from a span of `parallel_from`
+    /// main revisions on, in `ranges` ranges.
+    fn load_planned(&mut self, parallel_from: i64, ranges: i64) -> Result<()> {
         self.index.clear();
         self.staged.clear();
         self.events.clear();
@@ -167,9 +173,8 @@ impl MvccStore {
         // known (only keys with a lease: most have none, and a member starts with millions of keys).
         let mut key_leases: HashMap<Vec<u8>, LeaseId> = HashMap::new();
         let index = &mut self.index;
-        try_scan(&*self.backend, Bucket::Key, |key, value| {
-            let rev = Revision::from_bytes(key).ok_or_else(|| Error::Internal("corrupt revision key".into()))?;
-            let (tombstone, head) = decode_entry_head(value)?;
+        let readers = std::thread::available_parallelism().map_or(1, |n| n.get()).min(4);
+        load_keys::each_revision(&*self.backend, readers, parallel_from, ranges, |rev, tombstone, head| {
             if tombstone {
                 if !index.restore_tombstone(head.key, rev) && rev.main <= compacted {
                     strays.push(rev);

@@ -200,14 +200,30 @@ impl Backend for SledBackend {
     /// Scans the generation current when it starts, to the end even if a defragmentation switches
     /// meanwhile (it keeps that generation's files until then).
     fn scan(&self, bucket: Bucket, visit: &mut dyn FnMut(&[u8], &[u8]) -> bool) -> Result<(), BackendError> {
+        self.scan_from(bucket, &[], visit)
+    }
+
+    fn scan_from(
+        &self,
+        bucket: Bucket,
+        start: &[u8],
+        visit: &mut dyn FnMut(&[u8], &[u8]) -> bool,
+    ) -> Result<(), BackendError> {
         let generation = self.generation();
-        for item in Forward::from(&generation.tree, &[bucket.tag()]) {
+        for item in Forward::from(&generation.tree, &tagged(bucket, start)) {
             let (key, value) = item.map_err(backend_error)?;
             if key.first() != Some(&bucket.tag()) || !visit(&key[1..], &value) {
                 break;
             }
         }
         Ok(())
+    }
+
+    fn last_key(&self, bucket: Bucket) -> Result<Option<Vec<u8>>, BackendError> {
+        // Tags are letters: the next byte up starts no other bucket's range before this one's end.
+        let after = [bucket.tag() + 1];
+        let last = self.generation().tree.get_lt(after).map_err(backend_error)?;
+        Ok(last.filter(|(key, _)| key.first() == Some(&bucket.tag())).map(|(key, _)| key[1..].to_vec()))
     }
 
     fn write(&self, batch: WriteBatch) -> Result<(), BackendError> {
@@ -338,6 +354,39 @@ mod tests {
         backend.write(batch).expect("write");
         assert_eq!(all(&backend, Bucket::Key), vec![kv("b", "2")]);
         assert!(backend.size_bytes() > 0);
+    }
+
+    /// `scan_from` and `last_key` stay inside their bucket, as the in-memory backend's do.
+    #[test]
+    fn scans_from_a_key_and_last_keys_stay_in_their_bucket() {
+        let (_dir, backend) = backend();
+        let memory = kv_api::MemBackend::default();
+        let mut batch = WriteBatch::default();
+        for (bucket, key) in [(Bucket::Alarm, "z"), (Bucket::Key, "a"), (Bucket::Key, "c"), (Bucket::Key, "e")] {
+            batch.put(bucket, key.as_bytes().to_vec(), b"v".to_vec());
+        }
+        batch.put(Bucket::Lease, b"b".to_vec(), b"v".to_vec());
+        backend.write(batch.clone()).expect("write");
+        memory.write(batch).expect("write");
+        let from = |backend: &dyn Backend, bucket: Bucket, start: &str| {
+            let mut out = Vec::new();
+            backend
+                .scan_from(bucket, start.as_bytes(), &mut |k, _| {
+                    out.push(String::from_utf8_lossy(k).into_owned());
+                    true
+                })
+                .expect("scan");
+            out
+        };
+        for (bucket, start) in [(Bucket::Key, "b"), (Bucket::Key, "c"), (Bucket::Key, "f"), (Bucket::Alarm, "")] {
+            assert_eq!(from(&backend, bucket, start), from(&memory, bucket, start), "{bucket:?} from {start}");
+        }
+        assert_eq!(from(&backend, Bucket::Key, "b"), vec!["c", "e"]);
+        for bucket in [Bucket::Key, Bucket::Lease, Bucket::Alarm, Bucket::Meta, Bucket::Auth] {
+            assert_eq!(backend.last_key(bucket).expect("last"), memory.last_key(bucket).expect("last"), "{bucket:?}");
+        }
+        assert_eq!(backend.last_key(Bucket::Key).expect("last"), Some(b"e".to_vec()));
+        assert_eq!(backend.last_key(Bucket::Meta).expect("last"), None);
     }
 
     #[test]
