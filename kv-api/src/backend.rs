@@ -229,15 +229,7 @@ pub(crate) fn try_scan(
 pub(crate) fn try_scan_while(
     backend: &dyn Backend,
     bucket: Bucket,
-    mut visit: impl FnMut(&[u8], &[u8]) -> crate::error::Result<bool>,
+    visit: impl FnMut(&[u8], &[u8]) -> crate::error::Result<bool>,
 ) -> crate::error::Result<()> {
-    let mut failure = None;
-    backend.scan(bucket, &mut |key, value| match visit(key, value) {
-        Ok(more) => more,
-        Err(err) => {
-            failure = Some(err);
-            false
-        }
-    })?;
-    failure.map_or(Ok(()), Err)
+    try_scan_from(backend, bucket, &[], visit)
 }
