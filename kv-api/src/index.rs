@@ -93,7 +93,7 @@ impl TreeIndex {
     }
 
     pub fn restore(&mut self, key: &[u8], created: Revision, rev: Revision, version: i64) {
-        // A member's start restores every stored revision: the key is copied only when it is new.
+        // A member's start restores every stored revision (most keys have one once compacted).
         self.entry(key).restore(created, rev, version);
         self.size.revisions += 1;
     }
