@@ -1,0 +1,319 @@
+//! Tests of [`super`]: buckets, scans, writes and defragmentation of the store's sled backend.
+
+use super::*;
+
+fn backend() -> (tempfile::TempDir, SledBackend) {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let db = sled::Config::new().path(dir.path().join("db")).open().expect("open sled");
+    let backend = SledBackend::open(&dir.path().join("kv"), &db).expect("open tree");
+    (dir, backend)
+}
+
+fn all(backend: &SledBackend, bucket: Bucket) -> Vec<(Vec<u8>, Vec<u8>)> {
+    let mut out = Vec::new();
+    backend
+        .scan(bucket, &mut |k, v| {
+            out.push((k.to_vec(), v.to_vec()));
+            true
+        })
+        .expect("scan");
+    out
+}
+
+fn kv(k: &str, v: &str) -> (Vec<u8>, Vec<u8>) {
+    (k.as_bytes().to_vec(), v.as_bytes().to_vec())
+}
+
+#[test]
+fn buckets_are_separate_keyspaces() {
+    let (_dir, backend) = backend();
+    let mut batch = WriteBatch::default();
+    batch.put(Bucket::Key, b"a".to_vec(), b"1".to_vec());
+    batch.put(Bucket::Meta, b"a".to_vec(), b"meta".to_vec());
+    batch.put(Bucket::Key, b"b".to_vec(), b"2".to_vec());
+    backend.write(batch).expect("write");
+
+    assert_eq!(backend.get(Bucket::Key, b"a").expect("get"), Some(b"1".to_vec()));
+    assert_eq!(backend.get(Bucket::Meta, b"a").expect("get"), Some(b"meta".to_vec()));
+    assert_eq!(backend.get(Bucket::Meta, b"b").expect("get"), None);
+    assert_eq!(all(&backend, Bucket::Key), vec![kv("a", "1"), kv("b", "2")]);
+    assert_eq!(all(&backend, Bucket::Meta), vec![kv("a", "meta")]);
+
+    let mut batch = WriteBatch::default();
+    batch.delete(Bucket::Key, b"a".to_vec());
+    backend.write(batch).expect("write");
+    assert_eq!(all(&backend, Bucket::Key), vec![kv("b", "2")]);
+    assert!(backend.size_bytes() > 0);
+}
+
+/// `scan_from` and `last_key` stay inside their bucket, as the in-memory backend's do.
+#[test]
+fn scans_from_a_key_and_last_keys_stay_in_their_bucket() {
+    let (_dir, backend) = backend();
+    let memory = kv_api::MemBackend::default();
+    let mut batch = WriteBatch::default();
+    for (bucket, key) in [(Bucket::Alarm, "z"), (Bucket::Key, "a"), (Bucket::Key, "c"), (Bucket::Key, "e")] {
+        batch.put(bucket, key.as_bytes().to_vec(), b"v".to_vec());
+    }
+    batch.put(Bucket::Lease, b"b".to_vec(), b"v".to_vec());
+    backend.write(batch.clone()).expect("write");
+    memory.write(batch).expect("write");
+    let from = |backend: &dyn Backend, bucket: Bucket, start: &str| {
+        let mut out = Vec::new();
+        backend
+            .scan_from(bucket, start.as_bytes(), &mut |k, _| {
+                out.push(String::from_utf8_lossy(k).into_owned());
+                true
+            })
+            .expect("scan");
+        out
+    };
+    for (bucket, start) in [(Bucket::Key, "b"), (Bucket::Key, "c"), (Bucket::Key, "f"), (Bucket::Alarm, "")] {
+        assert_eq!(from(&backend, bucket, start), from(&memory, bucket, start), "{bucket:?} from {start}");
+    }
+    assert_eq!(from(&backend, Bucket::Key, "b"), vec!["c", "e"]);
+    for bucket in [Bucket::Key, Bucket::Lease, Bucket::Alarm, Bucket::Meta, Bucket::Auth] {
+        assert_eq!(backend.last_key(bucket).expect("last"), memory.last_key(bucket).expect("last"), "{bucket:?}");
+    }
+    assert_eq!(backend.last_key(Bucket::Key).expect("last"), Some(b"e".to_vec()));
+    assert_eq!(backend.last_key(Bucket::Meta).expect("last"), None);
+}
+
+#[test]
+fn scan_stops_when_asked() {
+    let (_dir, backend) = backend();
+    let mut batch = WriteBatch::default();
+    for k in ["a", "b", "c"] {
+        batch.put(Bucket::Key, k.as_bytes().to_vec(), b"v".to_vec());
+    }
+    backend.write(batch).expect("write");
+    let mut seen = 0;
+    backend
+        .scan(Bucket::Key, &mut |_, _| {
+            seen += 1;
+            seen < 2
+        })
+        .expect("scan");
+    assert_eq!(seen, 2);
+}
+
+#[test]
+fn replace_all_keeps_only_the_new_content() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let db = sled::Config::new().path(dir.path().join("db")).open().expect("open sled");
+    let backend = SledBackend::open(&dir.path().join("kv"), &db).expect("open tree");
+    let mut batch = WriteBatch::default();
+    batch.put(Bucket::Key, b"old".to_vec(), b"1".to_vec());
+    batch.put(Bucket::Key, b"both".to_vec(), b"old".to_vec());
+    batch.put(Bucket::Meta, b"m".to_vec(), b"old".to_vec());
+    backend.write(batch).expect("write");
+
+    // More entries than one sled batch takes, so the install spans several.
+    let value = vec![b'v'; 300];
+    let mut content: Vec<Record> =
+        (0..10_000u32).map(|i| (Bucket::Key, i.to_be_bytes().to_vec(), value.clone())).collect();
+    content.push((Bucket::Meta, b"m".to_vec(), b"new".to_vec()));
+    backend.replace_all(&mut content.clone().into_iter().map(Ok)).expect("replace");
+
+    let keys = all(&backend, Bucket::Key);
+    assert_eq!(keys.len(), 10_000);
+    assert!(keys.iter().all(|(k, v)| k.len() == 4 && *v == value), "only the new content");
+    assert_eq!(all(&backend, Bucket::Meta), vec![kv("m", "new")]);
+    // The new content is what a reopen finds.
+    drop(backend);
+    let reopened = reopen(&dir.path().join("kv"), &db);
+    assert_eq!(all(&reopened, Bucket::Meta), vec![kv("m", "new")]);
+    assert_eq!(all(&reopened, Bucket::Key).len(), 10_000);
+}
+
+#[test]
+fn a_replacement_that_fails_midway_keeps_the_old_content() {
+    let (_dir, backend) = backend();
+    let mut batch = WriteBatch::default();
+    batch.put(Bucket::Key, b"old".to_vec(), b"1".to_vec());
+    backend.write(batch).expect("write");
+    let mut content = (0..5_000u32)
+        .map(|i| Ok((Bucket::Key, i.to_be_bytes().to_vec(), vec![1u8; 100])))
+        .chain([Err(BackendError("truncated snapshot".into()))]);
+    let err = backend.replace_all(&mut content).expect_err("the content failed");
+    assert!(err.to_string().contains("truncated snapshot"), "{err}");
+    assert_eq!(all(&backend, Bucket::Key), vec![kv("old", "1")]);
+    backend.write(WriteBatch::default()).expect("still writable");
+}
+
+#[test]
+fn defragment_gives_back_what_deletes_freed_and_keeps_the_content() {
+    let (dir, backend) = backend();
+    let value = vec![7u8; 10_000];
+    let mut batch = WriteBatch::default();
+    for i in 0..1000u32 {
+        batch.put(Bucket::Key, i.to_be_bytes().to_vec(), value.clone());
+    }
+    backend.write(batch).expect("write");
+    let mut batch = WriteBatch::default();
+    for i in 10..1000u32 {
+        batch.delete(Bucket::Key, i.to_be_bytes().to_vec());
+    }
+    batch.put(Bucket::Meta, b"m".to_vec(), b"kept".to_vec());
+    backend.write(batch).expect("write");
+    backend.sync().expect("sync");
+    backend.forget_size();
+    let before = backend.size_bytes();
+    let content = all(&backend, Bucket::Key);
+
+    backend.defragment().expect("defragment");
+    let after = backend.size_bytes();
+    assert!(after * 4 < before, "defragmentation shrank {before} bytes only to {after}");
+    assert_eq!(all(&backend, Bucket::Key), content);
+    assert_eq!(all(&backend, Bucket::Meta), vec![kv("m", "kept")]);
+    // Writes go to the new generation, and a reopen finds it (and only it).
+    let mut batch = WriteBatch::default();
+    batch.put(Bucket::Lease, b"l".to_vec(), b"1".to_vec());
+    backend.write(batch).expect("write");
+    backend.sync().expect("sync");
+    drop(backend);
+    let kv_dir = dir.path().join("kv");
+    assert_eq!(generation::read_current(&kv_dir).expect("read"), Some(1));
+    assert!(!kv_dir.join("0").exists(), "the old generation is removed");
+    let db = sled::Config::new().path(dir.path().join("db2")).open().expect("open sled");
+    let reopened = reopen(&kv_dir, &db);
+    assert_eq!(all(&reopened, Bucket::Key), content);
+    assert_eq!(all(&reopened, Bucket::Lease), vec![kv("l", "1")]);
+}
+
+/// Writers running through a defragmentation: every write lands in the new generation, none waits
+/// for the copy, and the space the deletes freed comes back.
+#[test]
+fn defragment_lets_writers_go_on_and_loses_nothing() {
+    use std::collections::BTreeMap;
+    use std::sync::atomic::AtomicBool;
+
+    let (_dir, backend) = backend();
+    let value = vec![7u8; 1000];
+    for chunk in (0..20_000u32).collect::<Vec<_>>().chunks(1000) {
+        let mut batch = WriteBatch::default();
+        for i in chunk {
+            batch.put(Bucket::Key, i.to_be_bytes().to_vec(), value.clone());
+        }
+        backend.write(batch).expect("write");
+    }
+    let mut batch = WriteBatch::default();
+    for i in 2_000..20_000u32 {
+        batch.delete(Bucket::Key, i.to_be_bytes().to_vec());
+    }
+    backend.write(batch).expect("write");
+    backend.sync().expect("sync");
+    backend.forget_size();
+    let before = backend.size_bytes();
+    let mut want: BTreeMap<Vec<u8>, Vec<u8>> = all(&backend, Bucket::Key).into_iter().collect();
+
+    let stop = AtomicBool::new(false);
+    let (written, slowest) = std::thread::scope(|scope| {
+        let writers: Vec<_> = (0..2u8)
+            .map(|id| {
+                let (backend, stop) = (&backend, &stop);
+                scope.spawn(move || {
+                    let (mut kept, mut slowest, mut n) = (BTreeMap::new(), Duration::ZERO, 0u32);
+                    while !stop.load(Ordering::Relaxed) || n < 50 {
+                        let key = [&[b'w', id][..], &n.to_be_bytes()].concat();
+                        let mut batch = WriteBatch::default();
+                        batch.put(Bucket::Key, key.clone(), n.to_be_bytes().to_vec());
+                        kept.insert(key, n.to_be_bytes().to_vec());
+                        // Every third write also deletes an earlier one.
+                        if n % 3 == 0 && n > 0 {
+                            let old = [&[b'w', id][..], &(n / 2).to_be_bytes()].concat();
+                            batch.delete(Bucket::Key, old.clone());
+                            kept.remove(&old);
+                        }
+                        let started = Instant::now();
+                        backend.write(batch).expect("write during defragmentation");
+                        slowest = slowest.max(started.elapsed());
+                        n += 1;
+                    }
+                    (kept, slowest)
+                })
+            })
+            .collect();
+        std::thread::sleep(Duration::from_millis(20));
+        backend.defragment().expect("defragment");
+        stop.store(true, Ordering::Relaxed);
+        let mut written = BTreeMap::new();
+        let mut slowest = Duration::ZERO;
+        for writer in writers {
+            let (kept, took) = writer.join().expect("writer");
+            written.extend(kept);
+            slowest = slowest.max(took);
+        }
+        (written, slowest)
+    });
+    want.extend(written);
+    assert_eq!(all(&backend, Bucket::Key).into_iter().collect::<BTreeMap<_, _>>(), want);
+    // Generous for a busy machine; the switch itself holds writes back for milliseconds.
+    assert!(slowest < Duration::from_secs(1), "a write waited {slowest:?}");
+    backend.sync().expect("sync");
+    let after = backend.size_bytes();
+    assert!(after * 2 < before, "defragmentation shrank {before} bytes only to {after}");
+}
+
+/// A scan that began on the old generation reads on to its end after the switch.
+#[test]
+fn a_scan_across_the_switch_reads_to_its_end() {
+    let (_dir, backend) = backend();
+    let mut batch = WriteBatch::default();
+    for i in 0..2000u32 {
+        batch.put(Bucket::Key, i.to_be_bytes().to_vec(), vec![1u8; 100]);
+    }
+    backend.write(batch).expect("write");
+    let (started_tx, started_rx) = std::sync::mpsc::channel();
+    let (go_tx, go_rx) = std::sync::mpsc::channel::<()>();
+    let seen = std::thread::scope(|scope| {
+        let (backend, started_tx) = (&backend, started_tx);
+        let scan = scope.spawn(move || {
+            let mut seen = 0;
+            backend
+                .scan(Bucket::Key, &mut |_, _| {
+                    if seen == 0 {
+                        started_tx.send(()).expect("send");
+                        go_rx.recv().expect("go");
+                    }
+                    seen += 1;
+                    true
+                })
+                .expect("scan");
+            seen
+        });
+        started_rx.recv().expect("scan started");
+        backend.defragment().expect("defragment");
+        go_tx.send(()).expect("send");
+        scan.join().expect("scan")
+    });
+    assert_eq!(seen, 2000);
+}
+
+#[test]
+fn a_store_kept_in_the_log_database_moves_to_its_own() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let db = sled::Config::new().path(dir.path().join("db")).open().expect("open sled");
+    let legacy = db.open_tree(TREE).expect("tree");
+    legacy.insert(tagged(Bucket::Key, b"a"), b"1".to_vec()).expect("insert");
+    drop(legacy);
+    let backend = SledBackend::open(&dir.path().join("kv"), &db).expect("open");
+    assert_eq!(all(&backend, Bucket::Key), vec![kv("a", "1")]);
+    assert!(!db.tree_names().iter().any(|name| name == TREE.as_bytes()), "the old tree is dropped");
+}
+
+/// Reopens a generation dropped a moment ago: sled lets go of its file lock only once its flusher
+/// thread has.
+fn reopen(dir: &Path, legacy: &sled::Db) -> SledBackend {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        match SledBackend::open(dir, legacy) {
+            Ok(backend) => return backend,
+            Err(err) if Instant::now() < deadline => {
+                tracing::debug!(%err, "store still locked; retrying");
+                std::thread::sleep(Duration::from_millis(20));
+            }
+            Err(err) => panic!("reopening {}: {err}", dir.display()),
+        }
+    }
+}
