@@ -40,6 +40,13 @@ fn corrupt_key() -> Error {
     Error::Internal("corrupt revision key".into())
 }
 
+/// A stored revision read in place: its revision, whether it is a tombstone, and its head.
+fn decode<'a>(key: &[u8], value: &'a [u8]) -> Result<(Revision, bool, EntryHead<'a>)> {
+    let rev = Revision::from_bytes(key).ok_or_else(corrupt_key)?;
+    let (tombstone, head) = decode_entry_head(value)?;
+    Ok((rev, tombstone, head))
+}
+
 /// Calls `apply` on every revision of the key bucket in revision order: its revision, whether it is a
 /// tombstone, and its head. With `readers` threads when the bucket spans at least `parallel_from`
 /// main revisions, cut into `ranges` ranges.
@@ -61,8 +68,7 @@ pub(crate) fn each_revision(
     let span = last.main - first.main + 1;
     if readers < 2 || span < parallel_from {
         return try_scan_from(backend, Bucket::Key, &[], |key, value| {
-            let rev = Revision::from_bytes(key).ok_or_else(corrupt_key)?;
-            let (tombstone, head) = decode_entry_head(value)?;
+            let (rev, tombstone, head) = decode(key, value)?;
             apply(rev, tombstone, head).map(|()| true)
         });
     }
@@ -148,11 +154,10 @@ fn apply_in_order(
 fn read_range(backend: &dyn Backend, from: i64, to: i64) -> Result<Vec<Loaded>> {
     let mut out = Vec::new();
     try_scan_from(backend, Bucket::Key, &Revision::new(from, 0).to_bytes(), |key, value| {
-        let rev = Revision::from_bytes(key).ok_or_else(corrupt_key)?;
+        let (rev, tombstone, head) = decode(key, value)?;
         if rev.main >= to {
             return Ok(false);
         }
-        let (tombstone, head) = decode_entry_head(value)?;
         out.push(Loaded {
             rev,
             tombstone,
