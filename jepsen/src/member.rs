@@ -6,6 +6,7 @@ use std::os::unix::fs::DirBuilderExt;
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
 
 use nix::sys::signal::{kill, Signal};
 use nix::unistd::Pid;
@@ -164,6 +165,23 @@ impl Member {
         }
         self.paused = false;
         Ok(())
+    }
+
+    /// SIGTERM, as systemd or an operator stops a member; waits up to `grace` for it to exit (then
+    /// SIGKILL). Answers whether it exited by itself.
+    pub async fn terminate(&mut self, grace: Duration) -> Result<bool> {
+        self.signal(Signal::SIGTERM)?;
+        let started = Instant::now();
+        while self.is_running() {
+            if started.elapsed() > grace {
+                self.kill()?;
+                return Ok(false);
+            }
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+        self.child = None;
+        self.paused = false;
+        Ok(true)
     }
 
     pub fn pause(&mut self) -> Result<()> {

@@ -6,12 +6,14 @@ use std::path::PathBuf;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 
+use anyhow::Context;
 use kv_api::consensus::SnapshotFile;
 use kv_api::{Command, CommandResponse, Error, RaftStatus};
 use openraft::ServerState;
 use proto::etcdserverpb as pb;
 use tokio::time::Instant;
 
+use crate::config::Config;
 use crate::leader::{members, wait_applied, Leader};
 use crate::leader_wire::{LeaderReply, LeaderRequest};
 use crate::metrics::{metrics, PendingProposal};
@@ -23,6 +25,52 @@ use crate::typ::{NodeId, Raft};
 /// election timeouts).
 pub fn request_timeout(election_timeout: Duration) -> Duration {
     Duration::from_secs(5) + 2 * election_timeout
+}
+
+/// openraft's settings for a member started with `config`, and openraft's leader lease in them.
+pub fn raft_config(config: &Config, catchup_entries: u64) -> anyhow::Result<(openraft::Config, Duration)> {
+    let rpc_window = raft_rpc_window(config.heartbeat_interval, config.election_timeout);
+    let vote_lease = rpc_window * 2 + 1;
+    let raft_config = openraft::Config {
+        cluster_name: config.initial_cluster_token.clone(),
+        // openraft's heartbeat interval is also how long it waits for any answer to an append or a
+        // leadership confirmation (see `raft_rpc_window`). Heartbeats themselves go out every
+        // `--heartbeat-interval`: the election clock sends them on its ticks.
+        heartbeat_interval: rpc_window,
+        // openraft's own election timer is off: elections are `election`'s (etcd's ticks and pre-vote).
+        // What is left of openraft's election timeout is its leader lease, in which a follower refuses a
+        // candidate's vote after hearing from its leader; pre-vote already keeps disruptive candidates
+        // out. openraft wants it above its heartbeat interval; a leadership hand-over waits it out only
+        // where the outgoing leader and its target are no quorum by themselves (`leader.rs`).
+        election_timeout_min: rpc_window + 1,
+        election_timeout_max: vote_lease,
+        // Built when `snapshot_policy` says (the count, and the log's growth against the store's size).
+        snapshot_policy: openraft::SnapshotPolicy::Never,
+        // Entries kept behind a snapshot for slow followers (etcd: --experimental-snapshot-catchup-entries,
+        // 5000); a follower further behind catches up by snapshot install.
+        max_in_snapshot_log_to_keep: config.snapshot_count.min(catchup_entries),
+        ..Default::default()
+    }
+    .validate()
+    .context("invalid Raft timing (heartbeat interval must be below the election timeout)")?;
+    tracing::info!(
+        heartbeat_ms = config.heartbeat_interval,
+        rpc_window_ms = rpc_window,
+        vote_lease_ms = vote_lease,
+        "raft timing"
+    );
+    Ok((raft_config, Duration::from_millis(vote_lease)))
+}
+
+/// How long, in milliseconds, openraft waits for a peer's answer to an append or to a leadership
+/// confirmation before it counts the peer as timed out: openraft 0.9 uses its heartbeat interval for
+/// both. etcd's raft has no such deadline, its heartbeat only paces messages; at etcd's 100 ms a peer link
+/// with 50 ms of delay each way, or one lost packet (Linux retransmits after at least 200 ms), would answer
+/// nothing in time, and a leader would commit nothing and step down for want of a quorum while the fault
+/// lasts (etcd #7617). A third of the election timeout still lets a leader notice a dead peer and retry
+/// twice within one election timeout.
+pub fn raft_rpc_window(heartbeat_ms: u64, election_timeout_ms: u64) -> u64 {
+    heartbeat_ms.max(election_timeout_ms / 3)
 }
 
 /// Pause before asking again after the leader moved.
@@ -280,6 +328,44 @@ impl kv_api::Consensus for RaftConsensus {
         match self.route.leader.handle(LeaderRequest::MoveLeader { target }).await? {
             LeaderReply::Done => Ok(()),
             other => Err(unexpected(&other)),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use clap::Parser;
+
+    use super::*;
+
+    fn timing(heartbeat: u64, election: u64) -> (openraft::Config, Duration) {
+        let args = [
+            "raft-node".to_string(),
+            format!("--heartbeat-interval={heartbeat}"),
+            format!("--election-timeout={election}"),
+        ];
+        raft_config(&Config::try_parse_from(args).expect("valid flags"), 5000).expect("valid timing")
+    }
+
+    #[test]
+    fn openraft_waits_a_third_of_the_election_timeout_for_answers_and_heartbeats_stay_etcds() {
+        let (raft, lease) = timing(100, 1000);
+        assert_eq!(raft.heartbeat_interval, 333, "room for 50 ms each way and a retransmission");
+        assert!(lease > Duration::from_millis(333) && lease < Duration::from_millis(1000), "{lease:?}");
+        // A heartbeat interval above a third of the election timeout is kept.
+        assert_eq!(timing(300, 1500).0.heartbeat_interval, 500);
+        assert_eq!(timing(400, 2000).0.heartbeat_interval, 666);
+        assert_eq!(raft_rpc_window(500, 2500), 833);
+        assert_eq!(raft_rpc_window(900, 1000), 900);
+    }
+
+    #[test]
+    fn every_timing_etcd_accepts_gives_openraft_a_valid_config() {
+        // etcd accepts an election timeout of five heartbeats or more, from 1 ms up to 50 s.
+        for (heartbeat, election) in [(1, 5), (1, 6), (2, 10), (10, 50), (100, 500), (100, 50_000), (9_999, 50_000)] {
+            let (raft, lease) = timing(heartbeat, election);
+            assert!(raft.election_timeout_min > raft.heartbeat_interval, "{heartbeat}/{election}");
+            assert_eq!(lease, Duration::from_millis(raft.election_timeout_max), "{heartbeat}/{election}");
         }
     }
 }

@@ -5,9 +5,9 @@
 //! ticks instead — a pause is one tick — and with pre-vote a member campaigns only once a majority agrees the
 //! leader is gone. This module does the same on top of openraft: openraft's own election timer is switched
 //! off, a task ticks every heartbeat interval and counts ticks without a sign of the leader (openraft
-//! refreshes the vote's timestamp on every accepted heartbeat), and after a randomized election timeout's
-//! worth of ticks it asks the other voters for a pre-vote; only with a majority does it start a real openraft
-//! election.
+//! refreshes the vote's timestamp on every accepted heartbeat; on the leader the same tick sends them), and
+//! after a randomized election timeout's worth of ticks it asks the other voters for a pre-vote; only with a
+//! majority does it start a real openraft election.
 //!
 //! A leader counts too, as etcd's check-quorum: one that heard from no quorum for an election timeout
 //! knows no leader and grants pre-votes (see [`ElectionClock::check_quorum`]).
@@ -197,6 +197,11 @@ impl ElectionClock {
                 self.leader_lost.store(false, Ordering::Relaxed);
                 unacked_ticks = if metrics.millis_since_quorum_ack.is_some() { 0 } else { unacked_ticks + 1 };
                 self.check_quorum(&metrics, unacked_ticks);
+                // etcd's heartbeat, every tick. openraft's own comes only every 1.5 of its interval, which
+                // is also its wait for an answer (`consensus::raft_rpc_window`) and so may be longer.
+                if !*self.handing_over.borrow() && self.raft.trigger().heartbeat().await.is_err() {
+                    return;
+                }
                 continue;
             }
             unacked_ticks = 0;

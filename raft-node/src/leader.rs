@@ -290,12 +290,12 @@ impl Leader {
         self.clock.hand_over_done().await
     }
 
-    /// Leadership transfer. openraft 0.9 has no transfer (etcd's MsgTimeoutNow): a follower refuses to vote
-    /// while its leader lease (three heartbeat intervals, see `server.rs`) runs since it last heard from the
-    /// leader. So the leader
-    /// holds back new requests and heartbeats, lets the target catch up, waits out the lease and asks the
-    /// target to campaign; the target wins before the other followers' election clocks fire. Answers the
-    /// new leader, which is `target` unless another member's campaign won the race.
+    /// Leadership transfer. openraft 0.9 has no transfer (etcd's MsgTimeoutNow): a voter refuses to vote
+    /// while its leader lease (see `server.rs`) runs. So the leader holds back new requests and
+    /// heartbeats, lets the target catch up, waits out the leases that would refuse the target a majority
+    /// ([`Leader::lease_left`]) and asks the target to campaign; the target wins before the other
+    /// followers' election clocks fire. Answers the new leader, which is `target` unless another member's
+    /// campaign won the race.
     async fn move_leader(&self, target: NodeId) -> Result<NodeId, Error> {
         if target == self.member_id {
             return Ok(target);
@@ -327,8 +327,13 @@ impl Leader {
                 .await
                 .map_err(|_| Error::BadLeaderTransferee)?
                 .map_err(|_| Error::Stopped)?;
-            // openraft's leader lease, counted from the last append the followers got.
-            tokio::time::sleep(self.vote_lease + LEASE_MARGIN).await;
+            let lease_left = self.lease_left(&membership, target).await;
+            tokio::time::sleep(lease_left).await;
+            info!(
+                target = format!("{target:x}"),
+                lease_waited_ms = lease_left.as_millis() as u64,
+                "asking the target to campaign"
+            );
             self.forwarder.send(&node, &LeaderRequest::Campaign, self.election_timeout * 2).await?;
             // Granting the target's vote leaves this member without a leader until the target's first
             // append arrives: wait for a leader in a newer term, not for the old one to be gone.
@@ -348,6 +353,32 @@ impl Leader {
         self.clock.end_hand_over();
         outcome
     }
+
+    /// How long `target` must wait before the voters grant it their votes. A voter refuses votes for
+    /// openraft's leader lease after its vote last changed or it last heard from its leader. This
+    /// leader's own vote last changed when it was elected, usually long ago; so where it and the target are
+    /// a majority of every voter set (three voters or fewer), only what is left of that lease is waited
+    /// out, as etcd's MsgTimeoutNow lets a transferee campaign at once. Otherwise the other followers'
+    /// leases run from the last append they got, which is now.
+    async fn lease_left(&self, membership: &Membership<NodeId, MemberNode>, target: NodeId) -> Duration {
+        let full = self.vote_lease + LEASE_MARGIN;
+        if !pair_is_quorum(membership, self.member_id, target) {
+            return full;
+        }
+        match self.raft.with_raft_state(|state| state.vote_last_modified()).await {
+            Ok(Some(since)) => (since + full).saturating_duration_since(tokio::time::Instant::now()),
+            Ok(None) => Duration::ZERO,
+            Err(_) => full,
+        }
+    }
+}
+
+/// Whether two voters alone are a majority of every voter set of `membership` (both sets while it is joint).
+fn pair_is_quorum(membership: &Membership<NodeId, MemberNode>, a: NodeId, b: NodeId) -> bool {
+    membership.get_joint_config().iter().all(|voters| {
+        let present = usize::from(voters.contains(&a)) + usize::from(voters.contains(&b));
+        present * 2 > voters.len()
+    })
 }
 
 /// How much longer than openraft's leader lease a transferring leader stays silent before the target
@@ -405,5 +436,28 @@ fn leadership_error(err: RaftError<NodeId, openraft::error::CheckIsLeaderError<N
         RaftError::APIError(openraft::error::CheckIsLeaderError::ForwardToLeader(_)) => Error::NotLeader,
         RaftError::APIError(openraft::error::CheckIsLeaderError::QuorumNotEnough(_)) => Error::Timeout,
         RaftError::Fatal(_) => Error::Stopped,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeSet;
+
+    use super::*;
+
+    fn voters(sets: &[&[NodeId]]) -> Membership<NodeId, MemberNode> {
+        let configs: Vec<BTreeSet<NodeId>> = sets.iter().map(|set| set.iter().copied().collect()).collect();
+        Membership::new(configs, None)
+    }
+
+    #[test]
+    fn a_leader_and_its_target_are_a_quorum_of_three_voters_or_fewer_only() {
+        assert!(pair_is_quorum(&voters(&[&[1, 2]]), 1, 2));
+        assert!(pair_is_quorum(&voters(&[&[1, 2, 3]]), 1, 3));
+        assert!(!pair_is_quorum(&voters(&[&[1, 2, 3, 4]]), 1, 2), "two of four is no majority");
+        assert!(!pair_is_quorum(&voters(&[&[1, 2, 3, 4, 5]]), 1, 2));
+        // Joint: a majority of both sets.
+        assert!(pair_is_quorum(&voters(&[&[1, 2, 3], &[1, 2, 4]]), 1, 2));
+        assert!(!pair_is_quorum(&voters(&[&[1, 2, 3], &[1, 3, 4]]), 1, 2), "2 is not in the new set");
     }
 }

@@ -97,6 +97,12 @@ impl PeerClient {
                 self.connectivity.answered(self.target);
                 reply.into_inner()
             }
+            // Out of time (ours or the peer's deadline): the peer may be slow or the link lossy, not gone.
+            // openraft backs off for half a second after `Unreachable`, and under delay or loss that
+            // pause, not the link, would stop commits; any other error resends at the next heartbeat.
+            Err(status) if matches!(status.code(), tonic::Code::Cancelled | tonic::Code::DeadlineExceeded) => {
+                return Err(RPCError::Network(NetworkError::new(&status)));
+            }
             Err(status) => {
                 self.connectivity.failed(self.target);
                 return Err(RPCError::Unreachable(Unreachable::new(&status)));

@@ -35,7 +35,7 @@ use crate::authority::AuthorityFix;
 use crate::cert_identity::CertIdentityLayer;
 use crate::config::auth_token::{self, AuthToken};
 use crate::config::{address, socket_addr, Address, Config};
-use crate::consensus::{request_timeout, RaftConsensus};
+use crate::consensus::{raft_config, request_timeout, RaftConsensus};
 use crate::dial::PeerDialer;
 use crate::election::ElectionClock;
 use crate::forward::Forwarder;
@@ -157,26 +157,7 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> anyhow::
     let watch_hub = state_machine.watch_hub().clone();
 
     let election = Duration::from_millis(config.election_timeout);
-    let vote_lease = Duration::from_millis(config.heartbeat_interval * 3);
-    let raft_config = openraft::Config {
-        cluster_name: config.initial_cluster_token.clone(),
-        heartbeat_interval: config.heartbeat_interval,
-        // openraft's own election timer is off: elections are `election`'s (etcd's ticks and pre-vote).
-        // What is left of openraft's election timeout is its leader lease, in which a follower refuses a
-        // candidate's vote after hearing from its leader; pre-vote already keeps disruptive candidates
-        // out, and the lease is what a leadership hand-over waits out (`leader.rs`), so it is kept just
-        // above the heartbeat interval rather than at the election timeout.
-        election_timeout_min: config.heartbeat_interval * 2,
-        election_timeout_max: vote_lease.as_millis() as u64,
-        // Built when `snapshot_policy` says (the count, and the log's growth against the store's size).
-        snapshot_policy: openraft::SnapshotPolicy::Never,
-        // Entries kept behind a snapshot for slow followers (etcd: --experimental-snapshot-catchup-entries,
-        // 5000); a follower further behind catches up by snapshot install.
-        max_in_snapshot_log_to_keep: config.snapshot_count.min(settings.snapshot_catchup_entries),
-        ..Default::default()
-    }
-    .validate()
-    .context("invalid Raft timing (heartbeat interval must be below the election timeout)")?;
+    let (raft_config, vote_lease) = raft_config(&config, settings.snapshot_catchup_entries)?;
     let connectivity = crate::connectivity::Connectivity::default();
     let network = PeerNetwork::new(dialer.clone(), connectivity.clone());
     let appended = log_store.appended_bytes();

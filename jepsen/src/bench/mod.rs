@@ -12,9 +12,11 @@
 //! - [`workload`]: the clients (closed loop, one outstanding request each) and the watch probe.
 //! - [`stats`]: latency percentiles and QPS; [`resources`]: RSS and CPU seconds from `/proc`.
 //! - [`table`]: rounds, medians and the printed table.
+//! - [`leader_stop`]: after the workloads, SIGTERM of the leader under writes (a rolling restart's step).
 //! - [`scale`]: `--scale`, one member of each target probed for many watchers, a large load,
 //!   compaction and defrag, a slow watch consumer and one large Range.
 
+pub mod leader_stop;
 pub mod options;
 pub mod resources;
 pub mod scale;
@@ -183,7 +185,7 @@ fn client_url(member: &Member) -> String {
 }
 
 /// One round: a fresh cluster of `target` in `<dir>/<target>-round<n>`, every workload, the
-/// members' usage, (memory mode) a follower restart; then the members are killed.
+/// members' usage, (memory mode) a follower restart, the leader's SIGTERM; then the members are killed.
 async fn run_round(opts: &BenchOptions, target: Target, number: u32, dir: &Path) -> Result<Round> {
     let started = Instant::now();
     settle().await;
@@ -245,6 +247,14 @@ async fn run_round(opts: &BenchOptions, target: Target, number: u32, dir: &Path)
     }
     let members = usage_of(&cluster, &root);
     let restart = if opts.memory { Some(restart_follower(&mut cluster).await?) } else { None };
+    let stopped = leader_of(&cluster).await;
+    let leader_stop = match leader_stop::run(&mut cluster, stopped, opts.request_timeout()).await {
+        Ok(stop) => Some(stop),
+        Err(err) => {
+            warn!(target = target.name(), %err, "the leader-stop probe could not run");
+            None
+        }
+    };
     let client_cpu_secs = resources::own_cpu_secs() - client_cpu;
     let leader = cluster.members[leader].name.clone();
     cluster.kill_all()?;
@@ -261,6 +271,7 @@ async fn run_round(opts: &BenchOptions, target: Target, number: u32, dir: &Path)
         members,
         client_cpu_secs,
         restart,
+        leader_stop,
         duration_secs: started.elapsed().as_secs_f64(),
     })
 }

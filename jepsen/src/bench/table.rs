@@ -5,6 +5,7 @@ use std::fmt::Write as _;
 
 use serde::Serialize;
 
+use super::leader_stop::LeaderStop;
 use super::stats::{median, Stats};
 use crate::options::Target;
 
@@ -51,6 +52,8 @@ pub struct Round {
     /// CPU seconds the benchmark's own clients used during the round.
     pub client_cpu_secs: f64,
     pub restart: Option<Restart>,
+    /// The leader stopped with SIGTERM under writes, after everything else.
+    pub leader_stop: Option<LeaderStop>,
     pub duration_secs: f64,
 }
 
@@ -80,7 +83,12 @@ pub struct TargetSummary {
     pub cpu_secs: Vec<f64>,
     pub data_mb: Vec<f64>,
     pub restart_secs: Option<f64>,
+    /// The longest time writes went unacknowledged around the leader's SIGTERM.
+    pub leader_stop_held_ms: Option<f64>,
 }
+
+/// The leader-stop probe's row: how long writes to the other members went unanswered.
+const LEADER_STOP_ROW: &str = "leader SIGTERM: writes held ms";
 
 /// Workloads whose rate is fixed by the benchmark, so that only their latency compares.
 fn is_latency_row(workload: &str) -> bool {
@@ -127,6 +135,7 @@ pub fn summarize(target: Target, rounds: &[Round]) -> TargetSummary {
             .collect()
     };
     let restarts: Vec<f64> = own.iter().filter_map(|r| r.restart.as_ref().map(|r| r.secs)).collect();
+    let leader_stops: Vec<f64> = own.iter().filter_map(|r| r.leader_stop.as_ref().map(|s| s.held_ms)).collect();
     TargetSummary {
         target,
         rounds: own.len(),
@@ -136,6 +145,7 @@ pub fn summarize(target: Target, rounds: &[Round]) -> TargetSummary {
         data_mb: per_member(|m| m.data_bytes as f64 / MB),
         members,
         restart_secs: median(&restarts),
+        leader_stop_held_ms: median(&leader_stops),
     }
 }
 
@@ -193,6 +203,9 @@ fn render_single(s: &TargetSummary) -> String {
         let _ = writeln!(out, "data MB ({names}): {}", per_member(&s.data_mb, 0));
         let _ = writeln!(out, "follower restart s: {secs:.2}");
     }
+    if let Some(ms) = s.leader_stop_held_ms {
+        let _ = writeln!(out, "{LEADER_STOP_ROW}: {ms:.0}");
+    }
     let _ = writeln!(out, "(medians of {} rounds)", s.rounds);
     out
 }
@@ -239,6 +252,10 @@ fn render_pair(ours: &TargetSummary, etcd: &TargetSummary) -> String {
         resource(format!("data MB ({names})"), &ours.data_mb, &etcd.data_mb, 0);
         let (a, b) = (ours.restart_secs.unwrap_or(0.0), etcd.restart_secs.unwrap_or(0.0));
         resource("follower restart s".to_string(), &[a], &[b], 2);
+    }
+    if ours.leader_stop_held_ms.is_some() || etcd.leader_stop_held_ms.is_some() {
+        let (a, b) = (ours.leader_stop_held_ms.unwrap_or(0.0), etcd.leader_stop_held_ms.unwrap_or(0.0));
+        resource(LEADER_STOP_ROW.to_string(), &[a], &[b], 0);
     }
     let mut out = align(&lines);
     let _ = writeln!(
@@ -313,6 +330,7 @@ mod tests {
             members,
             client_cpu_secs: 1.0,
             restart: None,
+            leader_stop: None,
             duration_secs: 10.0,
         }
     }
@@ -415,6 +433,22 @@ mod tests {
         let restart = table.lines().find(|l| l.starts_with("follower restart s")).expect("restart row");
         assert_eq!(restart.split_whitespace().skip(3).collect::<Vec<_>>(), ["6.00", "2.00", "3.00"], "{table}");
         assert!(table.contains("10/10/10"), "{table}");
+    }
+
+    #[test]
+    fn the_leader_stop_row_shows_each_targets_median_and_their_ratio() {
+        let mut all = rounds();
+        assert!(!render(&[summarize(Target::Ours, &all)]).contains("SIGTERM"), "no probe, no row");
+        for (i, round) in all.iter_mut().enumerate() {
+            let held_ms = if round.target == Target::Ours { 10.0 + i as f64 } else { 40.0 };
+            round.leader_stop = Some(LeaderStop { member: "n1".into(), held_ms, exit_ms: 5.0, clean: true, errors: 0 });
+        }
+        let ours = summarize(Target::Ours, &all);
+        assert_eq!(ours.leader_stop_held_ms, Some(13.0), "median of 10, 13 and 14");
+        assert!(render(&[ours.clone()]).contains("leader SIGTERM: writes held ms: 13"));
+        let table = render(&[ours, summarize(Target::Etcd, &all)]);
+        let row = table.lines().find(|l| l.starts_with("leader SIGTERM")).expect("leader-stop row");
+        assert_eq!(row.split_whitespace().skip(5).collect::<Vec<_>>(), ["13", "40", "0.33"], "{table}");
     }
 
     #[test]

@@ -1,0 +1,149 @@
+//! What a rolling restart costs the clients: writers on the followers put without pause, the leader
+//! gets SIGTERM (as systemd or an operator stops a member), and the probe reports the longest time no
+//! write was acknowledged around the stop. etcd hands its leadership over before it exits
+//! (`TryTransferLeadershipOnShutdown`); a server that does not leaves its clients waiting out an
+//! election timeout and an election.
+
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use proto::etcdserverpb as pb;
+use serde::Serialize;
+use tonic::transport::Channel;
+use tracing::info;
+
+use super::workload::{connect_all, VALUE_SIZE};
+use crate::cluster::Cluster;
+use crate::error::Result;
+
+/// Writers, each with one put outstanding, spread over the followers.
+const WRITERS: usize = 10;
+/// How long the writers run before the stop.
+const BEFORE: Duration = Duration::from_secs(1);
+/// How long they go on after the old leader exited.
+const AFTER: Duration = Duration::from_secs(2);
+/// How long the leader may take to exit before it is killed (etcd's transfer waits up to an election
+/// timeout for the transferee to catch up).
+const GRACE: Duration = Duration::from_secs(20);
+/// A writer whose put failed waits this long before the next, so that a refusing member is not spun on.
+const ERROR_PAUSE: Duration = Duration::from_millis(10);
+
+/// One stop of the leader.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct LeaderStop {
+    pub member: String,
+    /// The longest time without an acknowledged write, from the last ack before the SIGTERM to the end.
+    pub held_ms: f64,
+    /// From the SIGTERM until the process was gone.
+    pub exit_ms: f64,
+    /// Whether it exited by itself within the grace period.
+    pub clean: bool,
+    /// Puts that failed (or timed out) after the SIGTERM.
+    pub errors: u64,
+}
+
+/// Stops `leader` with SIGTERM under writes to the other members. The member stays stopped.
+pub async fn run(cluster: &mut Cluster, leader: usize, timeout: Duration) -> Result<LeaderStop> {
+    let urls: Vec<String> = cluster
+        .members
+        .iter()
+        .enumerate()
+        .filter(|(i, _)| *i != leader)
+        .map(|(_, member)| super::client_url(member))
+        .collect();
+    let channels = connect_all(&urls, WRITERS).await?;
+    let acks = Arc::new(Mutex::new(Vec::new()));
+    let errors = Arc::new(AtomicU64::new(0));
+    let stop = Arc::new(AtomicBool::new(false));
+    let writers: Vec<_> = channels
+        .into_iter()
+        .enumerate()
+        .map(|(writer, channel)| {
+            tokio::spawn(write(writer, channel, timeout, Arc::clone(&acks), Arc::clone(&errors), Arc::clone(&stop)))
+        })
+        .collect();
+    tokio::time::sleep(BEFORE).await;
+    let errors_before = errors.load(Ordering::Relaxed);
+    let member = &mut cluster.members[leader];
+    let sent = Instant::now();
+    let clean = member.terminate(GRACE).await?;
+    let exit_ms = millis(sent.elapsed());
+    tokio::time::sleep(AFTER).await;
+    stop.store(true, Ordering::Relaxed);
+    for writer in writers {
+        let _ = writer.await;
+    }
+    let end = Instant::now();
+    let acks = std::mem::take(&mut *acks.lock().unwrap_or_else(std::sync::PoisonError::into_inner));
+    let held_ms = millis(longest_gap(acks, sent, end));
+    let errors = errors.load(Ordering::Relaxed) - errors_before;
+    info!(member = %member.name, held_ms, exit_ms, clean, errors, "stopped the leader under writes");
+    Ok(LeaderStop { member: member.name.clone(), held_ms, exit_ms, clean, errors })
+}
+
+async fn write(
+    writer: usize,
+    channel: Channel,
+    timeout: Duration,
+    acks: Arc<Mutex<Vec<Instant>>>,
+    errors: Arc<AtomicU64>,
+    stop: Arc<AtomicBool>,
+) {
+    let mut kv = pb::kv_client::KvClient::new(channel);
+    let value = vec![b'v'; VALUE_SIZE];
+    let mut n = 0u64;
+    while !stop.load(Ordering::Relaxed) {
+        let key = format!("leader-stop/{writer}/{n}").into_bytes();
+        n += 1;
+        let put = kv.put(pb::PutRequest { key, value: value.clone(), ..Default::default() });
+        match tokio::time::timeout(timeout, put).await {
+            Ok(Ok(_)) => acks.lock().unwrap_or_else(std::sync::PoisonError::into_inner).push(Instant::now()),
+            _ => {
+                errors.fetch_add(1, Ordering::Relaxed);
+                tokio::time::sleep(ERROR_PAUSE).await;
+            }
+        }
+    }
+}
+
+/// The longest stretch without an ack between the last ack before `from` (or `from` itself) and `end`.
+fn longest_gap(mut acks: Vec<Instant>, from: Instant, end: Instant) -> Duration {
+    acks.sort_unstable();
+    let start = acks.iter().rev().find(|&&at| at <= from).copied().unwrap_or(from);
+    let mut previous = start;
+    let mut longest = Duration::ZERO;
+    for at in acks.into_iter().filter(|&at| at > from).chain([end]) {
+        longest = longest.max(at.saturating_duration_since(previous));
+        previous = previous.max(at);
+    }
+    longest
+}
+
+fn millis(d: Duration) -> f64 {
+    d.as_secs_f64() * 1000.0
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_gap_runs_from_the_last_ack_before_the_stop_to_the_first_after_or_the_end() {
+        let t0 = Instant::now();
+        let at = |ms: u64| t0 + Duration::from_millis(ms);
+        // Acks every 10 ms, a stop at 100, nothing from 95 to 400, then acks again until the end at 600.
+        let mut acks: Vec<Instant> = (0..10).map(|i| at(i * 10 + 5)).collect();
+        acks.extend((40..60).map(|i| at(i * 10)));
+        assert_eq!(longest_gap(acks.clone(), at(100), at(600)), Duration::from_millis(305));
+        // No ack after the stop: the gap runs to the end.
+        let before: Vec<Instant> = acks.iter().copied().filter(|&a| a <= at(100)).collect();
+        assert_eq!(longest_gap(before, at(100), at(600)), Duration::from_millis(505));
+        // Order does not matter, and a gap before the stop does not count.
+        let mut shuffled = vec![at(0), at(90), at(120), at(110), at(130)];
+        shuffled.reverse();
+        assert_eq!(longest_gap(shuffled, at(100), at(135)), Duration::from_millis(20));
+        // No ack at all.
+        assert_eq!(longest_gap(Vec::new(), at(100), at(300)), Duration::from_millis(200));
+    }
+}
