@@ -73,7 +73,7 @@ pub fn raft_rpc_window(heartbeat_ms: u64, election_timeout_ms: u64) -> u64 {
     heartbeat_ms.max(election_timeout_ms / 3)
 }
 
-/// Pause before asking again after the leader moved.
+/// The longest pause before asking again after the leader moved.
 const RETRY_PAUSE: Duration = Duration::from_millis(20);
 
 pub struct RaftConsensus {
@@ -167,7 +167,11 @@ impl Route {
             };
             match result {
                 Err(Error::NotLeader) if Instant::now() + RETRY_PAUSE < deadline => {
-                    tokio::time::sleep(RETRY_PAUSE).await;
+                    // Ask again as soon as this member hears of another leader (a hand-over ends with the
+                    // new leader's first append), or after a pause.
+                    let mut metrics = self.raft().metrics();
+                    let moved = metrics.wait_for(|m| m.current_leader.is_some_and(|now| now != leader));
+                    let _ = tokio::time::timeout(RETRY_PAUSE, moved).await;
                 }
                 Err(Error::NotLeader) => return Err(Error::Timeout),
                 other => return other,
