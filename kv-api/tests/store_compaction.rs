@@ -302,3 +302,21 @@ fn the_key_index_compacts_in_steps_after_the_commit() {
     assert_eq!(stored(&backend).len(), keys + 99 + 10);
     assert_eq!(reads(&store), before);
 }
+
+#[test]
+fn a_compaction_start_wakes_whoever_drives_the_steps_even_if_it_waits_later() {
+    let (_backend, mut store) = fixture_with(fast());
+    history(&mut store);
+    let started = store.index_compaction_started();
+    let waited = |started: &Arc<tokio::sync::Notify>| {
+        let runtime = tokio::runtime::Builder::new_current_thread().enable_time().build().expect("runtime");
+        runtime.block_on(async { tokio::time::timeout(Duration::from_millis(50), started.notified()).await.is_ok() })
+    };
+    assert!(!waited(&started), "no compaction started yet");
+    let at = store.current_revision() - 1;
+    compact(&mut store, at).expect("compact");
+    assert!(store.index_compaction_pending());
+    // The start came before the wait: it is kept for it.
+    assert!(waited(&started), "the start was lost");
+    assert!(!waited(&started), "one start wakes once");
+}

@@ -9,22 +9,20 @@ use std::time::Duration;
 
 use kv_api::SharedStore;
 
-/// How often the task looks for a compaction in progress.
-const CHECK_EVERY: Duration = Duration::from_millis(10);
 /// The pause between two steps, for the writers and readers waiting on the store's lock.
 const BETWEEN_STEPS: Duration = Duration::from_millis(1);
 
-/// Takes steps while a compaction of the key index is in progress, until the member shuts down.
+/// Takes steps while a compaction of the key index is in progress, and sleeps until the next one starts;
+/// runs until the member shuts down.
 pub async fn run(store: SharedStore) {
-    let mut check = tokio::time::interval(CHECK_EVERY);
-    check.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let started = store.read().index_compaction_started();
     loop {
-        check.tick().await;
         while store.read().index_compaction_pending() {
             if !store.write().compact_index_step() {
                 break;
             }
             tokio::time::sleep(BETWEEN_STEPS).await;
         }
+        started.notified().await;
     }
 }

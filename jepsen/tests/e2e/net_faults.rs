@@ -117,3 +117,56 @@ fn one_way_client_cut_delay_and_loss_against_ours_are_valid_and_visible() {
         assert!(delayed.iter().all(|&ns| ns >= floor_ns), "an op beat the delay `{}`: {delayed:?}", window.detail);
     }
 }
+
+/// etcd #7617's complaint, on ours at default timing (heartbeat 100 ms, election 1 s): with every peer
+/// link delayed by 50 ± 10 ms each way, or losing 20 % of its packets, the leader keeps its quorum and
+/// keeps committing. openraft waited only one heartbeat interval for each answer; the leader then lost
+/// its quorum (check-quorum) several times per run and ops timed out.
+#[test]
+fn delayed_and_lossy_peer_links_neither_depose_the_leader_nor_time_ops_out() {
+    let Some(_one_at_a_time) = start() else { return };
+    let report = jepsen_test(&[
+        "--target",
+        "ours",
+        "--workload",
+        "register",
+        "--nemesis",
+        "delay,loss",
+        "--time-limit",
+        "24",
+        "--nemesis-interval",
+        "4",
+        "--seed",
+        "7",
+        "--delay-ms",
+        "50",
+        "--delay-jitter-ms",
+        "10",
+        "--loss-percent",
+        "20",
+    ]);
+    let summary = &report.summary;
+    assert_eq!(summary["valid"], "valid", "{summary:#}");
+    for member in ["n1", "n2", "n3"] {
+        let log = std::fs::read_to_string(report.dir.join(format!("{member}.log"))).expect("member log");
+        let lost: Vec<&str> = log.lines().filter(|l| l.contains("no quorum heard for an election timeout")).collect();
+        assert!(lost.is_empty(), "{member}'s leader lost its quorum under delay or loss: {lost:#?}");
+    }
+    let windows: Vec<Window> = windows(&report.jsonl("nemesis.jsonl"))
+        .into_iter()
+        .filter(|w| w.detail.contains("every peer link") || w.fault == "loss")
+        .collect();
+    assert!(windows.iter().any(|w| w.fault == "delay") && windows.iter().any(|w| w.fault == "loss"), "{summary:#}");
+    let ops = completed_ops(&report.jsonl("history.jsonl"));
+    for window in &windows {
+        let inside: Vec<&Done> =
+            ops.iter().filter(|op| window.start_ns <= op.invoked_ns && op.invoked_ns < window.stop_ns).collect();
+        let timed_out = inside.iter().filter(|op| op.outcome == "info").count();
+        let ok = inside.iter().filter(|op| op.outcome == "ok").count();
+        eprintln!("`{}`: {ok} ok, {timed_out} timed out of {}", window.detail, inside.len());
+        assert_eq!(timed_out, 0, "ops timed out under `{}`", window.detail);
+        // Six workers at about a fifth of a second per op under delay: far more than one op per second.
+        let secs = (window.stop_ns - window.start_ns) / 1_000_000_000;
+        assert!(ok as u64 >= 2 * secs, "only {ok} ops ok in {secs} s under `{}`", window.detail);
+    }
+}

@@ -36,6 +36,13 @@ impl MvccStore {
     pub(super) fn start_index_compaction(&mut self, at: i64) {
         let freed = self.index_compaction.take().map(|job| job.freed).unwrap_or_default();
         self.index_compaction = Some(IndexCompaction { at, from: Some(Vec::new()), freed });
+        self.index_compaction_started.notify_one();
+    }
+
+    /// Signalled whenever a compaction of the key index starts (a start while nobody waits is kept for
+    /// the next wait).
+    pub fn index_compaction_started(&self) -> std::sync::Arc<tokio::sync::Notify> {
+        self.index_compaction_started.clone()
     }
 
     /// Whether the key index's compaction has steps left.

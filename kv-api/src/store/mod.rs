@@ -105,6 +105,8 @@ pub struct MvccStore {
     compaction_staged: bool,
     /// The key index's compaction in progress, a step at a time ([`index_compaction`]).
     index_compaction: Option<index_compaction::IndexCompaction>,
+    /// Signalled when a compaction of the key index starts, for whoever drives its steps.
+    index_compaction_started: Arc<tokio::sync::Notify>,
     /// Deletes freed revisions in the background.
     compactor: Compactor,
 }
@@ -128,6 +130,7 @@ impl MvccStore {
             compactor: Compactor::start(backend.clone(), compaction),
             compaction_staged: false,
             index_compaction: None,
+            index_compaction_started: Arc::default(),
             backend,
             index: TreeIndex::default(),
             current: 1,
