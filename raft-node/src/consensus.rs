@@ -14,6 +14,7 @@ use proto::etcdserverpb as pb;
 use tokio::time::Instant;
 
 use crate::config::Config;
+use crate::forward_batch::ForwardedWrites;
 use crate::leader::{members, wait_applied, Leader};
 use crate::leader_wire::{LeaderReply, LeaderRequest};
 use crate::metrics::{metrics, PendingProposal};
@@ -89,11 +90,14 @@ pub struct RaftConsensus {
 struct Route {
     leader: Leader,
     timeout: Duration,
+    /// Writes forwarded to the leader, many to a message.
+    forwarded_writes: ForwardedWrites,
 }
 
 impl RaftConsensus {
     pub fn new(leader: Leader) -> Self {
-        let route = Route { timeout: leader.request_timeout, leader };
+        let forwarded_writes = ForwardedWrites::start(leader.forwarder.clone());
+        let route = Route { timeout: leader.request_timeout, leader, forwarded_writes };
         let reads = {
             let route = route.clone();
             ReadRounds::start(move || {
@@ -160,7 +164,10 @@ impl Route {
                 match node {
                     Some(node) => {
                         let left = deadline.saturating_duration_since(Instant::now());
-                        self.leader.forwarder.send(&node, &req, left).await
+                        match &req {
+                            LeaderRequest::Write(cmd) => self.forwarded_writes.send(&node, cmd.clone(), left).await,
+                            _ => self.leader.forwarder.send(&node, &req, left).await,
+                        }
                     }
                     None => Err(Error::NotLeader),
                 }

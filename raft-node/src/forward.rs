@@ -47,23 +47,47 @@ impl Forwarder {
     /// leader). A request that may have reached the peer is never reported that way unless it is harmless to
     /// repeat: a write that got lost in transit answers "request timed out", as etcd's does.
     pub async fn send(&self, node: &MemberNode, req: &LeaderRequest, timeout: Duration) -> Result<LeaderReply, Error> {
+        match self.call(node, req, timeout).await {
+            Ok(answer) => answer,
+            Err(status) => Err(transport_error(req, &status)),
+        }
+    }
+
+    /// [`Forwarder::send`] with the transport's own failure, for callers that tell failures apart.
+    pub async fn call(
+        &self,
+        node: &MemberNode,
+        req: &LeaderRequest,
+        timeout: Duration,
+    ) -> Result<Result<LeaderReply, Error>, tonic::Status> {
         let forwarded = Forwarded { deadline_unix_ms: unix_ms(SystemTime::now() + timeout), request: req.clone() };
-        let payload = encode(&forwarded).map_err(|e| Error::Internal(format!("encoding a forwarded request: {e}")))?;
+        let payload = match encode(&forwarded) {
+            Ok(payload) => payload,
+            Err(e) => return Ok(Err(Error::Internal(format!("encoding a forwarded request: {e}")))),
+        };
+        let client = match self.client(node) {
+            Ok(client) => client,
+            Err(err) => return Ok(Err(err)),
+        };
         let mut request = tonic::Request::new(raftpb::RaftMessage { payload });
         request.set_timeout(timeout);
         // The deadline travels to the peer, but the client side must enforce it too: a paused peer accepts
         // the connection and never answers.
-        let sent = tokio::time::timeout(timeout, self.client(node)?.forward(request)).await;
-        let sent = sent.unwrap_or_else(|_| Err(tonic::Status::deadline_exceeded("no answer from the peer in time")));
-        let reply = match sent {
-            Ok(reply) => reply.into_inner(),
-            Err(status) => {
-                debug!(peer = %node, %status, "forwarding failed");
-                return Err(if req.is_repeatable() || never_sent(&status) { Error::NotLeader } else { Error::Timeout });
-            }
-        };
-        decode::<Result<LeaderReply, Error>>(&reply.payload)
-            .map_err(|e| Error::Internal(format!("decoding a forwarded reply: {e}")))?
+        let sent = tokio::time::timeout(timeout, client.clone().forward(request)).await;
+        let reply = sent.unwrap_or_else(|_| Err(tonic::Status::deadline_exceeded("no answer from the peer in time")));
+        let reply = reply.inspect_err(|status| debug!(peer = %node, %status, "forwarding failed"))?.into_inner();
+        Ok(decode::<Result<LeaderReply, Error>>(&reply.payload)
+            .map_err(|e| Error::Internal(format!("decoding a forwarded reply: {e}")))
+            .and_then(|answer| answer))
+    }
+}
+
+/// What a request that did not get its answer over the wire gets instead.
+pub fn transport_error(req: &LeaderRequest, status: &tonic::Status) -> Error {
+    if req.is_repeatable() || never_sent(status) {
+        Error::NotLeader
+    } else {
+        Error::Timeout
     }
 }
 

@@ -22,7 +22,7 @@ use crate::connectivity::Connectivity;
 use crate::election::ElectionClock;
 use crate::forward::Forwarder;
 use crate::group_commit::GroupCommit;
-use crate::leader_wire::{submitted_error, LeaderReply, LeaderRequest};
+use crate::leader_wire::{submitted_error, unix_ms, LeaderReply, LeaderRequest};
 use crate::member_id::member_id_at;
 use crate::read_index::ReadRounds;
 use crate::typ::{MemberNode, NodeId, Raft};
@@ -68,6 +68,20 @@ impl Leader {
         wait_applied(&self.raft, index, self.request_timeout).await
     }
 
+    /// Commits and applies one write; answers its index and what apply produced.
+    async fn write(&self, cmd: Command) -> Result<(u64, kv_api::Result<kv_api::CommandResponse>), Error> {
+        let granted = match cmd.inner() {
+            Command::LeaseGrant(grant) => Some((grant.id, grant.ttl)),
+            _ => None,
+        };
+        let written = self.writes.write(cmd).await?;
+        if let (Some((id, ttl)), Ok(_)) = (granted, &written.applied) {
+            // The countdown starts at the grant, as etcd's.
+            self.deadlines.renew(id, ttl, Instant::now());
+        }
+        Ok((written.index, written.applied))
+    }
+
     /// Quorum rounds that confirm this member's leadership, each shared by the requests that arrived
     /// before it began; a round answers the commit index.
     pub fn confirmation_rounds(raft: &Raft) -> ReadRounds {
@@ -106,16 +120,20 @@ impl Leader {
         }
         match req {
             LeaderRequest::Write(cmd) => {
-                let granted = match cmd.inner() {
-                    Command::LeaseGrant(grant) => Some((grant.id, grant.ttl)),
-                    _ => None,
-                };
-                let written = self.writes.write(cmd).await?;
-                if let (Some((id, ttl)), Ok(_)) = (granted, &written.applied) {
-                    // The countdown starts at the grant, as etcd's.
-                    self.deadlines.renew(id, ttl, Instant::now());
-                }
-                Ok(LeaderReply::Written { index: written.index, applied: written.applied })
+                let (index, applied) = self.write(cmd).await?;
+                Ok(LeaderReply::Written { index, applied })
+            }
+            LeaderRequest::Writes(writes) => {
+                let now = unix_ms(SystemTime::now());
+                // Each write joins the group commit's queue in order at its first poll.
+                let each = writes.into_iter().map(|(deadline_unix_ms, cmd)| async move {
+                    // Its sender already answered "request timed out": it must not happen behind its back.
+                    if now > deadline_unix_ms {
+                        return Err(Error::Timeout);
+                    }
+                    self.write(cmd).await
+                });
+                Ok(LeaderReply::WrittenMany(futures::future::join_all(each).await))
             }
             LeaderRequest::ReadIndex => Ok(LeaderReply::ReadIndex(self.confirmations.read_index().await?)),
             LeaderRequest::MemberAdd { peer_urls, is_learner } => self.member_add(peer_urls, is_learner).await,

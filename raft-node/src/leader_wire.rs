@@ -70,6 +70,9 @@ pub enum LeaderRequest {
     ClusterInfo,
     /// Would this member vote for the sender (see [`crate::election`])?
     PreVote(PreVote),
+    /// Writes forwarded together ([`crate::forward_batch`]), each with its sender's deadline (as in
+    /// [`Forwarded`]); answered by [`LeaderReply::WrittenMany`], in the same order.
+    Writes(Vec<(u64, Command)>),
 }
 
 /// A [`LeaderRequest`] as it travels to another member, with the sender's deadline (milliseconds since
@@ -108,6 +111,9 @@ pub enum LeaderReply {
         index: u64,
         applied: kv_api::Result<CommandResponse>,
     },
+    /// Each of [`LeaderRequest::Writes`]'s writes: the index it is committed at and what apply produced,
+    /// or why it was not written.
+    WrittenMany(Vec<Result<(u64, kv_api::Result<CommandResponse>), Error>>),
     /// Apply everything up to `index`, then a local read is linearizable.
     ReadIndex(u64),
     PreVote(PreVoteAnswer),

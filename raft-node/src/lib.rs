@@ -55,6 +55,7 @@ pub mod dial;
 pub mod election;
 pub mod exposition;
 pub mod forward;
+pub mod forward_batch;
 pub mod gateway;
 pub mod group_commit;
 pub mod grpc_metrics;

@@ -29,6 +29,9 @@ pub struct Metrics {
     pub proposals_committed: AtomicU64,
     pub proposals_pending: AtomicI64,
     pub proposals_failed: AtomicU64,
+    /// Writes this member forwarded to the leader, and the peer messages that carried them.
+    pub forwarded_writes: AtomicU64,
+    pub forward_messages: AtomicU64,
     pub health_success: AtomicU64,
     pub health_failures: AtomicU64,
     /// `/livez` and `/readyz` checks by (name, type), Prometheus' order: the last result and the runs by
@@ -54,6 +57,8 @@ pub fn metrics() -> &'static Metrics {
         proposals_committed: AtomicU64::new(0),
         proposals_pending: AtomicI64::new(0),
         proposals_failed: AtomicU64::new(0),
+        forwarded_writes: AtomicU64::new(0),
+        forward_messages: AtomicU64::new(0),
         health_success: AtomicU64::new(0),
         health_failures: AtomicU64::new(0),
         health_checks: Mutex::default(),
@@ -268,6 +273,18 @@ pub fn render(view: &MemberView) -> String {
             "The total number of failed proposals seen.",
             COUNTER,
             load(&m.proposals_failed),
+        ),
+        (
+            "raft_node_forwarded_writes_total",
+            "Writes this member forwarded to the leader.",
+            COUNTER,
+            load(&m.forwarded_writes),
+        ),
+        (
+            "raft_node_forward_messages_total",
+            "Peer messages that carried this member's forwarded writes (many writes to a message under load).",
+            COUNTER,
+            load(&m.forward_messages),
         ),
         (
             "etcd_server_health_success",

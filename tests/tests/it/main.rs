@@ -13,6 +13,7 @@ mod cluster_check_quorum;
 mod cluster_failover;
 mod cluster_follower_catchup;
 mod cluster_followers_serve;
+mod cluster_forwarded_writes;
 mod cluster_isolation;
 mod cluster_membership;
 mod cluster_no_disruption;
