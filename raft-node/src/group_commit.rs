@@ -11,7 +11,7 @@ use std::sync::Arc;
 
 use kv_api::{Command, CommandResponse, Error};
 use openraft::raft::ClientWriteResult;
-use tokio::sync::{mpsc, oneshot, OwnedSemaphorePermit, Semaphore};
+use tokio::sync::{mpsc, oneshot, watch, OwnedSemaphorePermit, Semaphore};
 
 use crate::typ::{Raft, TypeConfig};
 
@@ -44,6 +44,24 @@ struct Pending {
 #[derive(Clone)]
 pub struct GroupCommit {
     queue: mpsc::UnboundedSender<Pending>,
+    /// Writes taken and not answered yet.
+    outstanding: Arc<watch::Sender<usize>>,
+}
+
+/// Counts a write as outstanding for as long as it lives.
+struct Outstanding(Arc<watch::Sender<usize>>);
+
+impl Outstanding {
+    fn new(count: &Arc<watch::Sender<usize>>) -> Self {
+        count.send_modify(|n| *n += 1);
+        Outstanding(count.clone())
+    }
+}
+
+impl Drop for Outstanding {
+    fn drop(&mut self) {
+        self.0.send_modify(|n| *n -= 1);
+    }
 }
 
 impl GroupCommit {
@@ -51,15 +69,28 @@ impl GroupCommit {
     pub fn start(raft: Raft) -> Self {
         let (queue, receiver) = mpsc::unbounded_channel();
         tokio::spawn(propose_batches(raft, receiver));
-        Self { queue }
+        Self { queue, outstanding: Arc::new(watch::channel(0).0) }
     }
 
     /// Proposes `command` with whatever other writes are waiting, and answers once it is applied here.
     /// [`Error::NotLeader`] means it was not proposed at all.
     pub async fn write(&self, command: Command) -> Result<Written, Error> {
+        let _outstanding = Outstanding::new(&self.outstanding);
         let (done, answer) = oneshot::channel();
         self.queue.send(Pending { command, done }).map_err(|_| Error::Stopped)?;
         answer.await.map_err(|_| Error::Stopped)?
+    }
+
+    /// Whether every write taken so far has been answered.
+    pub fn is_drained(&self) -> bool {
+        *self.outstanding.borrow() == 0
+    }
+
+    /// Resolves once every write taken so far has been answered: its entry, if it got one, is in the log.
+    pub async fn drained(&self) {
+        let mut outstanding = self.outstanding.subscribe();
+        // The sender lives as long as `self`.
+        let _ = outstanding.wait_for(|n| *n == 0).await;
     }
 }
 
@@ -125,5 +156,45 @@ async fn answer(
                 let _ = done.send(Err(err.clone()));
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use proto::etcdserverpb as pb;
+
+    use super::*;
+
+    #[tokio::test]
+    async fn a_write_counts_as_outstanding_until_it_is_answered_or_given_up() {
+        let (queue, mut taken) = mpsc::unbounded_channel();
+        let writes = GroupCommit { queue, outstanding: Arc::new(watch::channel(0).0) };
+        assert!(writes.is_drained());
+        let put = |key: &str| Command::Put(pb::PutRequest { key: key.into(), ..Default::default() });
+
+        let answered = tokio::spawn({
+            let writes = writes.clone();
+            async move { writes.write(put("a")).await }
+        });
+        let given_up = tokio::spawn({
+            let writes = writes.clone();
+            async move { writes.write(put("b")).await }
+        });
+        let (first, second) = (taken.recv().await.expect("a"), taken.recv().await.expect("b"));
+        assert!(!writes.is_drained());
+        let drained = tokio::spawn({
+            let writes = writes.clone();
+            async move { writes.drained().await }
+        });
+
+        first.done.send(Ok(Written { index: 7, applied: Err(Error::Timeout) })).expect("answer");
+        assert_eq!(answered.await.expect("joined").expect("written").index, 7);
+        assert!(!writes.is_drained(), "b is still on its way");
+        assert!(!drained.is_finished());
+        // A write whose answer never comes (its sender dropped) is not waited for forever.
+        drop(second);
+        assert!(matches!(given_up.await.expect("joined"), Err(Error::Stopped)));
+        tokio::time::timeout(std::time::Duration::from_secs(5), drained).await.expect("drained").expect("joined");
+        assert!(writes.is_drained());
     }
 }

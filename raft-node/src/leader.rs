@@ -334,13 +334,25 @@ impl Leader {
         }
         self.raft.runtime_config().heartbeat(false);
         let outcome = async {
-            // Writes submitted before the gate closed still replicate; the target needs all of them (etcd's
-            // raft also waits up to an election timeout for the transferee to catch up).
+            // Writes taken before the gate closed are still proposed and replicated; the target needs all
+            // of them, or this member, whose log would then be longer, refuses it its vote (etcd's raft
+            // also waits up to an election timeout for the transferee to catch up).
             let mut metrics = self.raft.metrics();
-            let caught_up = metrics.wait_for(|m| {
-                let matched = m.replication.as_ref().and_then(|r| r.get(&target).copied().flatten());
-                matched.map(|log_id| log_id.index) >= m.last_log_index
-            });
+            let caught_up = async {
+                // Again if a write slipped in while the target caught up.
+                loop {
+                    self.writes.drained().await;
+                    metrics
+                        .wait_for(|m| {
+                            let matched = m.replication.as_ref().and_then(|r| r.get(&target).copied().flatten());
+                            matched.map(|log_id| log_id.index) >= m.last_log_index
+                        })
+                        .await?;
+                    if self.writes.is_drained() {
+                        return Ok::<_, tokio::sync::watch::error::RecvError>(());
+                    }
+                }
+            };
             tokio::time::timeout(self.election_timeout, caught_up)
                 .await
                 .map_err(|_| Error::BadLeaderTransferee)?
