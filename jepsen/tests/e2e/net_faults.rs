@@ -9,7 +9,7 @@
 
 use serde_json::Value;
 
-use crate::common::{jepsen_test, start};
+use crate::common::{jepsen_test, start, Report};
 
 /// A fault window from the nemesis log: its kind, detail and [start, stop) in run time.
 struct Window {
@@ -69,29 +69,18 @@ fn hit(window: &Window, op: &Done) -> bool {
     }
 }
 
+/// The register workload on ours with `nemesis`, its delay 50 ± 10 ms each way, and `extra` flags.
+fn register_on_ours(nemesis: &str, secs: &str, interval: &str, seed: &str, extra: &[&str]) -> Report {
+    let mut args = vec!["--target", "ours", "--workload", "register", "--nemesis", nemesis, "--time-limit", secs];
+    args.extend(["--nemesis-interval", interval, "--seed", seed, "--delay-ms", "50", "--delay-jitter-ms", "10"]);
+    args.extend(extra);
+    jepsen_test(&args)
+}
+
 #[test]
 fn one_way_client_cut_delay_and_loss_against_ours_are_valid_and_visible() {
     let Some(_one_at_a_time) = start() else { return };
-    let report = jepsen_test(&[
-        "--target",
-        "ours",
-        "--workload",
-        "register",
-        "--nemesis",
-        "one-way,client-cut,delay,loss",
-        "--time-limit",
-        "20",
-        "--nemesis-interval",
-        "2",
-        "--seed",
-        "10",
-        "--delay-ms",
-        "50",
-        "--delay-jitter-ms",
-        "10",
-        "--check-timeout",
-        "60",
-    ]);
+    let report = register_on_ours("one-way,client-cut,delay,loss", "20", "2", "10", &["--check-timeout", "60"]);
     let summary = &report.summary;
     assert_eq!(summary["valid"], "valid", "{summary:#}");
 
@@ -125,26 +114,7 @@ fn one_way_client_cut_delay_and_loss_against_ours_are_valid_and_visible() {
 #[test]
 fn delayed_and_lossy_peer_links_neither_depose_the_leader_nor_time_ops_out() {
     let Some(_one_at_a_time) = start() else { return };
-    let report = jepsen_test(&[
-        "--target",
-        "ours",
-        "--workload",
-        "register",
-        "--nemesis",
-        "delay,loss",
-        "--time-limit",
-        "24",
-        "--nemesis-interval",
-        "4",
-        "--seed",
-        "7",
-        "--delay-ms",
-        "50",
-        "--delay-jitter-ms",
-        "10",
-        "--loss-percent",
-        "20",
-    ]);
+    let report = register_on_ours("delay,loss", "24", "4", "7", &["--loss-percent", "20"]);
     let summary = &report.summary;
     assert_eq!(summary["valid"], "valid", "{summary:#}");
     for member in ["n1", "n2", "n3"] {
