@@ -31,7 +31,9 @@ pub fn request_timeout(election_timeout: Duration) -> Duration {
 /// openraft's settings for a member started with `config`, and openraft's leader lease in them.
 pub fn raft_config(config: &Config, catchup_entries: u64) -> anyhow::Result<(openraft::Config, Duration)> {
     let rpc_window = raft_rpc_window(config.heartbeat_interval, config.election_timeout);
-    let vote_lease = rpc_window * 2 + 1;
+    // As short as openraft allows (above its heartbeat interval): a hand-over among more than three
+    // voters waits it out.
+    let vote_lease = rpc_window + 2;
     let raft_config = openraft::Config {
         cluster_name: config.initial_cluster_token.clone(),
         // openraft's heartbeat interval is also how long it waits for any answer to an append or a

@@ -65,7 +65,7 @@ impl Forwarder {
             Ok(payload) => payload,
             Err(e) => return Ok(Err(Error::Internal(format!("encoding a forwarded request: {e}")))),
         };
-        let client = match self.client(node) {
+        let mut client = match self.client(node) {
             Ok(client) => client,
             Err(err) => return Ok(Err(err)),
         };
@@ -73,7 +73,7 @@ impl Forwarder {
         request.set_timeout(timeout);
         // The deadline travels to the peer, but the client side must enforce it too: a paused peer accepts
         // the connection and never answers.
-        let sent = tokio::time::timeout(timeout, client.clone().forward(request)).await;
+        let sent = tokio::time::timeout(timeout, client.forward(request)).await;
         let reply = sent.unwrap_or_else(|_| Err(tonic::Status::deadline_exceeded("no answer from the peer in time")));
         let reply = reply.inspect_err(|status| debug!(peer = %node, %status, "forwarding failed"))?.into_inner();
         Ok(decode::<Result<LeaderReply, Error>>(&reply.payload)

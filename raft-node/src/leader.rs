@@ -309,7 +309,7 @@ impl Leader {
     }
 
     /// Leadership transfer. openraft 0.9 has no transfer (etcd's MsgTimeoutNow): a voter refuses to vote
-    /// while its leader lease (see `server.rs`) runs. So the leader holds back new requests and
+    /// while its leader lease (see `consensus::raft_config`) runs. So the leader holds back new requests and
     /// heartbeats, lets the target catch up, waits out the leases that would refuse the target a majority
     /// ([`Leader::lease_left`]) and asks the target to campaign; the target wins before the other
     /// followers' election clocks fire. Answers the new leader, which is `target` unless another member's
