@@ -7,11 +7,12 @@
 //! A lone client still gets an entry of its own at once. Apply gives each command of an entry its
 //! own revision, in order, exactly as if each had had its own entry.
 
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 
 use kv_api::{Command, CommandResponse, Error};
 use openraft::raft::ClientWriteResult;
-use tokio::sync::{mpsc, oneshot, watch, OwnedSemaphorePermit, Semaphore};
+use tokio::sync::{mpsc, oneshot, Notify, OwnedSemaphorePermit, Semaphore};
 
 use crate::typ::{Raft, TypeConfig};
 
@@ -45,22 +46,32 @@ struct Pending {
 pub struct GroupCommit {
     queue: mpsc::UnboundedSender<Pending>,
     /// Writes taken and not answered yet.
-    outstanding: Arc<watch::Sender<usize>>,
+    outstanding: Arc<Outstanding>,
 }
 
-/// Counts a write as outstanding for as long as it lives.
-struct Outstanding(Arc<watch::Sender<usize>>);
+/// A count of writes in progress (two atomic operations per write, on the write path), with a signal
+/// for whoever waits for it to fall to zero.
+#[derive(Default)]
+struct Outstanding {
+    count: AtomicUsize,
+    drained: Notify,
+}
+
+/// One write counted in [`Outstanding`] for as long as it lives.
+struct Taken<'a>(&'a Outstanding);
 
 impl Outstanding {
-    fn new(count: &Arc<watch::Sender<usize>>) -> Self {
-        count.send_modify(|n| *n += 1);
-        Outstanding(count.clone())
+    fn take(&self) -> Taken<'_> {
+        self.count.fetch_add(1, Ordering::AcqRel);
+        Taken(self)
     }
 }
 
-impl Drop for Outstanding {
+impl Drop for Taken<'_> {
     fn drop(&mut self) {
-        self.0.send_modify(|n| *n -= 1);
+        if self.0.count.fetch_sub(1, Ordering::AcqRel) == 1 {
+            self.0.drained.notify_waiters();
+        }
     }
 }
 
@@ -69,13 +80,13 @@ impl GroupCommit {
     pub fn start(raft: Raft) -> Self {
         let (queue, receiver) = mpsc::unbounded_channel();
         tokio::spawn(propose_batches(raft, receiver));
-        Self { queue, outstanding: Arc::new(watch::channel(0).0) }
+        Self { queue, outstanding: Arc::default() }
     }
 
     /// Proposes `command` with whatever other writes are waiting, and answers once it is applied here.
     /// [`Error::NotLeader`] means it was not proposed at all.
     pub async fn write(&self, command: Command) -> Result<Written, Error> {
-        let _outstanding = Outstanding::new(&self.outstanding);
+        let _taken = self.outstanding.take();
         let (done, answer) = oneshot::channel();
         self.queue.send(Pending { command, done }).map_err(|_| Error::Stopped)?;
         answer.await.map_err(|_| Error::Stopped)?
@@ -83,14 +94,19 @@ impl GroupCommit {
 
     /// Whether every write taken so far has been answered.
     pub fn is_drained(&self) -> bool {
-        *self.outstanding.borrow() == 0
+        self.outstanding.count.load(Ordering::Acquire) == 0
     }
 
     /// Resolves once every write taken so far has been answered: its entry, if it got one, is in the log.
     pub async fn drained(&self) {
-        let mut outstanding = self.outstanding.subscribe();
-        // The sender lives as long as `self`.
-        let _ = outstanding.wait_for(|n| *n == 0).await;
+        loop {
+            // Made before the check, so a fall to zero right after it still wakes this wait.
+            let fell_to_zero = self.outstanding.drained.notified();
+            if self.is_drained() {
+                return;
+            }
+            fell_to_zero.await;
+        }
     }
 }
 
@@ -168,7 +184,7 @@ mod tests {
     #[tokio::test]
     async fn a_write_counts_as_outstanding_until_it_is_answered_or_given_up() {
         let (queue, mut taken) = mpsc::unbounded_channel();
-        let writes = GroupCommit { queue, outstanding: Arc::new(watch::channel(0).0) };
+        let writes = GroupCommit { queue, outstanding: Arc::default() };
         assert!(writes.is_drained());
         let put = |key: &str| Command::Put(pb::PutRequest { key: key.into(), ..Default::default() });
 

@@ -13,6 +13,7 @@ use serde::Serialize;
 use tonic::transport::Channel;
 use tracing::info;
 
+use super::stats::ms;
 use super::workload::{connect_all, VALUE_SIZE};
 use crate::cluster::Cluster;
 use crate::error::Result;
@@ -68,7 +69,7 @@ pub async fn run(cluster: &mut Cluster, leader: usize, timeout: Duration) -> Res
     let member = &mut cluster.members[leader];
     let sent = Instant::now();
     let clean = member.terminate(GRACE).await?;
-    let exit_ms = millis(sent.elapsed());
+    let exit_ms = ms(sent.elapsed());
     tokio::time::sleep(AFTER).await;
     stop.store(true, Ordering::Relaxed);
     for writer in writers {
@@ -76,7 +77,7 @@ pub async fn run(cluster: &mut Cluster, leader: usize, timeout: Duration) -> Res
     }
     let end = Instant::now();
     let acks = std::mem::take(&mut *acks.lock().unwrap_or_else(std::sync::PoisonError::into_inner));
-    let held_ms = millis(longest_gap(acks, sent, end));
+    let held_ms = ms(longest_gap(acks, sent, end));
     let errors = errors.load(Ordering::Relaxed) - errors_before;
     info!(member = %member.name, held_ms, exit_ms, clean, errors, "stopped the leader under writes");
     Ok(LeaderStop { member: member.name.clone(), held_ms, exit_ms, clean, errors })
@@ -118,10 +119,6 @@ fn longest_gap(mut acks: Vec<Instant>, from: Instant, end: Instant) -> Duration 
         previous = previous.max(at);
     }
     longest
-}
-
-fn millis(d: Duration) -> f64 {
-    d.as_secs_f64() * 1000.0
 }
 
 #[cfg(test)]

@@ -69,7 +69,8 @@ pub fn median(values: &[f64]) -> Option<f64> {
     Some(if sorted.len() % 2 == 1 { sorted[mid] } else { (sorted[mid - 1] + sorted[mid]) / 2.0 })
 }
 
-fn ms(duration: Duration) -> f64 {
+/// A duration in milliseconds, fractions kept.
+pub(crate) fn ms(duration: Duration) -> f64 {
     duration.as_secs_f64() * 1000.0
 }
 
