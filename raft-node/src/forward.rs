@@ -75,7 +75,7 @@ impl Forwarder {
         // the connection and never answers.
         let sent = tokio::time::timeout(timeout, client.forward(request)).await;
         let reply = sent.unwrap_or_else(|_| Err(tonic::Status::deadline_exceeded("no answer from the peer in time")));
-        let reply = reply.inspect_err(|status| debug!(peer = %node, %status, "forwarding failed"))?.into_inner();
+        let reply = reply.inspect_err(|status| debug!(peer = %node, ?status, "forwarding failed"))?.into_inner();
         Ok(decode::<Result<LeaderReply, Error>>(&reply.payload)
             .map_err(|e| Error::Internal(format!("decoding a forwarded reply: {e}")))
             .and_then(|answer| answer))
@@ -91,7 +91,9 @@ pub fn transport_error(req: &LeaderRequest, status: &tonic::Status) -> Error {
     }
 }
 
-/// Whether the request certainly never left this member: the connection to the peer could not be made.
+/// Whether the request certainly never left this member: the connection to the peer could not be made,
+/// or it closed while the request still waited to be sent on it (hyper hands such a request back
+/// unsent as "canceled"; a peer that stops closes its connections once its answers are out).
 fn never_sent(status: &tonic::Status) -> bool {
     let mut source: Option<&(dyn std::error::Error + 'static)> = Some(status);
     while let Some(err) = source {
@@ -100,10 +102,56 @@ fn never_sent(status: &tonic::Status) -> bool {
                 return true;
             }
         }
+        if err.downcast_ref::<hyper::Error>().is_some_and(hyper::Error::is_canceled) {
+            return true;
+        }
         if err.to_string() == "tcp connect error" {
             return true;
         }
         source = err.source();
     }
     false
+}
+
+#[cfg(test)]
+mod tests {
+    use bytes::Bytes;
+    use http_body_util::Empty;
+    use hyper_util::rt::{TokioExecutor, TokioIo};
+
+    use super::*;
+
+    /// A request hyper never put on the wire: its connection closed while the request waited for it.
+    async fn unsent_request_error() -> hyper::Error {
+        let (ours, _theirs) = tokio::io::duplex(64 * 1024);
+        let (mut sender, connection) =
+            hyper::client::conn::http2::handshake(TokioExecutor::new(), TokioIo::new(ours)).await.expect("handshake");
+        let request = http::Request::post("http://peer/raftpb.RaftPeer/Forward").body(Empty::<Bytes>::new()).unwrap();
+        let answer = sender.send_request(request);
+        // The connection closes before it ever runs, with the request still queued for it.
+        drop(connection);
+        answer.await.expect_err("the connection is gone")
+    }
+
+    #[tokio::test]
+    async fn a_write_hyper_handed_back_unsent_may_go_to_the_new_leader() {
+        let unsent = unsent_request_error().await;
+        assert!(unsent.is_canceled(), "{unsent:?}");
+        let status = tonic::Status::from_error(Box::new(unsent));
+        assert!(matches!(transport_error(&LeaderRequest::Write(put()), &status), Error::NotLeader));
+    }
+
+    #[test]
+    fn a_write_lost_in_transit_times_out_and_a_refused_connection_never_sent_it() {
+        let reset = std::io::Error::from(std::io::ErrorKind::ConnectionReset);
+        let lost = tonic::Status::from_error(Box::new(reset));
+        assert!(matches!(transport_error(&LeaderRequest::Write(put()), &lost), Error::Timeout));
+        let refused = std::io::Error::from(std::io::ErrorKind::ConnectionRefused);
+        let refused = tonic::Status::from_error(Box::new(refused));
+        assert!(matches!(transport_error(&LeaderRequest::Write(put()), &refused), Error::NotLeader));
+    }
+
+    fn put() -> kv_api::Command {
+        kv_api::Command::Put(proto::etcdserverpb::PutRequest { key: b"k".to_vec(), ..Default::default() })
+    }
 }

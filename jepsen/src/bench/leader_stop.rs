@@ -4,7 +4,7 @@
 //! (`TryTransferLeadershipOnShutdown`); a server that does not leaves its clients waiting out an
 //! election timeout and an election.
 
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -42,6 +42,8 @@ pub struct LeaderStop {
     pub clean: bool,
     /// Puts that failed (or timed out) after the SIGTERM.
     pub errors: u64,
+    /// What the first of them got.
+    pub first_error: Option<String>,
 }
 
 /// Stops `leader` with SIGTERM under writes to the other members. The member stays stopped.
@@ -55,7 +57,7 @@ pub async fn run(cluster: &mut Cluster, leader: usize, timeout: Duration) -> Res
         .collect();
     let channels = connect_all(&urls, WRITERS).await?;
     let acks = Arc::new(Mutex::new(Vec::new()));
-    let errors = Arc::new(AtomicU64::new(0));
+    let errors = Arc::new(Mutex::new(Vec::new()));
     let stop = Arc::new(AtomicBool::new(false));
     let writers: Vec<_> = channels
         .into_iter()
@@ -65,7 +67,7 @@ pub async fn run(cluster: &mut Cluster, leader: usize, timeout: Duration) -> Res
         })
         .collect();
     tokio::time::sleep(BEFORE).await;
-    let errors_before = errors.load(Ordering::Relaxed);
+    let errors_before = lock(&errors).len();
     let member = &mut cluster.members[leader];
     let sent = Instant::now();
     let clean = member.terminate(GRACE).await?;
@@ -76,11 +78,12 @@ pub async fn run(cluster: &mut Cluster, leader: usize, timeout: Duration) -> Res
         let _ = writer.await;
     }
     let end = Instant::now();
-    let acks = std::mem::take(&mut *acks.lock().unwrap_or_else(std::sync::PoisonError::into_inner));
+    let acks = std::mem::take(&mut *lock(&acks));
     let held_ms = ms(longest_gap(acks, sent, end));
-    let errors = errors.load(Ordering::Relaxed) - errors_before;
-    info!(member = %member.name, held_ms, exit_ms, clean, errors, "stopped the leader under writes");
-    Ok(LeaderStop { member: member.name.clone(), held_ms, exit_ms, clean, errors })
+    let after: Vec<String> = lock(&errors).split_off(errors_before);
+    let (errors, first_error) = (after.len() as u64, after.into_iter().next());
+    info!(member = %member.name, held_ms, exit_ms, clean, errors, first_error, "stopped the leader under writes");
+    Ok(LeaderStop { member: member.name.clone(), held_ms, exit_ms, clean, errors, first_error })
 }
 
 async fn write(
@@ -88,7 +91,7 @@ async fn write(
     channel: Channel,
     timeout: Duration,
     acks: Arc<Mutex<Vec<Instant>>>,
-    errors: Arc<AtomicU64>,
+    errors: Arc<Mutex<Vec<String>>>,
     stop: Arc<AtomicBool>,
 ) {
     let mut kv = pb::kv_client::KvClient::new(channel);
@@ -99,13 +102,21 @@ async fn write(
         n += 1;
         let put = kv.put(pb::PutRequest { key, value: value.clone(), ..Default::default() });
         match tokio::time::timeout(timeout, put).await {
-            Ok(Ok(_)) => acks.lock().unwrap_or_else(std::sync::PoisonError::into_inner).push(Instant::now()),
-            _ => {
-                errors.fetch_add(1, Ordering::Relaxed);
+            Ok(Ok(_)) => lock(&acks).push(Instant::now()),
+            failed => {
+                let text = match failed {
+                    Ok(Err(status)) => crate::client::describe(&status),
+                    _ => format!("no answer within {timeout:?}"),
+                };
+                lock(&errors).push(text);
                 tokio::time::sleep(ERROR_PAUSE).await;
             }
         }
     }
+}
+
+fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    mutex.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
 }
 
 /// The longest stretch without an ack between the last ack before `from` (or `from` itself) and `end`.

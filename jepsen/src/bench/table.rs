@@ -441,7 +441,14 @@ mod tests {
         assert!(!render(&[summarize(Target::Ours, &all)]).contains("SIGTERM"), "no probe, no row");
         for (i, round) in all.iter_mut().enumerate() {
             let held_ms = if round.target == Target::Ours { 10.0 + i as f64 } else { 40.0 };
-            round.leader_stop = Some(LeaderStop { member: "n1".into(), held_ms, exit_ms: 5.0, clean: true, errors: 0 });
+            round.leader_stop = Some(LeaderStop {
+                member: "n1".into(),
+                held_ms,
+                exit_ms: 5.0,
+                clean: true,
+                errors: 0,
+                first_error: None,
+            });
         }
         let ours = summarize(Target::Ours, &all);
         assert_eq!(ours.leader_stop_held_ms, Some(13.0), "median of 10, 13 and 14");
