@@ -118,7 +118,8 @@ fn init_tracing() {
 }
 
 /// `jepsen bench`: like `jepsen test`, it re-executes itself in private network and PID namespaces
-/// (members on 127.0.0.11..13 need no free host ports and never outlive it), then runs the rounds.
+/// (members on 127.0.0.11..13 need no free host ports and never outlive it), then runs the rounds;
+/// with `--host-network` it stays where it was started.
 fn run_bench(opts: BenchOptions) -> ExitCode {
     if !netns::is_inside() {
         // Inside the namespace there is no network to fetch etcd with.
@@ -126,7 +127,9 @@ fn run_bench(opts: BenchOptions) -> ExitCode {
             eprintln!("jepsen: {err}");
             return ExitCode::from(EXIT_ERROR);
         }
-        return reexec_in_namespaces();
+        if !opts.host_network {
+            return reexec_in_namespaces();
+        }
     }
     init_tracing();
     let result = tokio::runtime::Runtime::new()

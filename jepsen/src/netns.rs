@@ -62,7 +62,52 @@ pub fn prepare() -> Result<()> {
     Ok(())
 }
 
+/// [`prepare`] for a run in private namespaces; for one on the host's network (`jepsen bench
+/// --host-network`, which never touches the firewall), [`check_host_ports`] instead.
+pub fn prepare_for(host_network: bool) -> Result<()> {
+    if host_network {
+        check_host_ports(&crate::cluster::hosts(), &[crate::net::CLIENT_PORT, crate::net::PEER_PORT])
+    } else {
+        prepare()
+    }
+}
+
+/// Checks that every member's address and port can be listened on here: a run on the host's
+/// network shares its ports with whatever else runs there (an etcd on `0.0.0.0:2379`, say).
+pub fn check_host_ports(hosts: &[crate::net::Host], ports: &[u16]) -> Result<()> {
+    for host in hosts {
+        for &port in ports {
+            if let Err(err) = std::net::TcpListener::bind((host.ip, port)) {
+                return Err(Error::Setup(format!(
+                    "cannot listen on {}:{port} on the host's network ({err}); stop what uses it, or run without                      --host-network",
+                    host.ip
+                )));
+            }
+        }
+    }
+    Ok(())
+}
+
 fn namespace_of(link: &Path) -> Result<String> {
     let target = std::fs::read_link(link).map_err(Error::system(format!("read {}", link.display())))?;
     Ok(target.to_string_lossy().into_owned())
+}
+
+#[cfg(test)]
+mod tests {
+    use std::net::{Ipv4Addr, TcpListener};
+
+    use super::*;
+    use crate::net::Host;
+
+    #[test]
+    fn a_port_in_use_on_the_host_stops_a_host_network_run_naming_it() {
+        let taken = TcpListener::bind((Ipv4Addr::LOCALHOST, 0)).unwrap();
+        let port = taken.local_addr().unwrap().port();
+        let host = Host { ip: Ipv4Addr::LOCALHOST, uid: 0 };
+        let err = check_host_ports(&[host], &[port]).unwrap_err().to_string();
+        assert!(err.contains(&format!("127.0.0.1:{port}")), "{err}");
+        drop(taken);
+        check_host_ports(&[host], &[port]).unwrap();
+    }
 }

@@ -68,13 +68,14 @@ struct Report<'a> {
     duration_secs: f64,
 }
 
-/// Runs the benchmark; the process must already be in private network and PID namespaces.
+/// Runs the benchmark; the process must already be in private network and PID namespaces, unless
+/// `--host-network` asks for the host's.
 pub async fn run(opts: BenchOptions) -> Result<Outcome> {
     if opts.scale.scale {
         let outcome = scale::run(&opts).await?;
         return Ok(Outcome { dir: outcome.dir, table: outcome.table });
     }
-    netns::prepare()?;
+    netns::prepare_for(opts.host_network)?;
     let started = Instant::now();
     let dir = create_dir(&opts)?;
     info!(dir = %dir.display(), "report folder");

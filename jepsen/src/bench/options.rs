@@ -252,6 +252,11 @@ pub struct BenchOptions {
     /// keep the members' data dirs in the report folder
     #[arg(long)]
     pub keep_data: bool,
+
+    /// run the members in the host's own network namespace, on plain loopback as users run them
+    /// (127.0.0.11..13, whose client and peer ports must be free), instead of private namespaces
+    #[arg(long)]
+    pub host_network: bool,
 }
 
 impl BenchOptions {

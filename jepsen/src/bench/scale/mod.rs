@@ -66,9 +66,10 @@ struct Report<'a> {
     duration_secs: f64,
 }
 
-/// Runs every probe on each target; the process must already be in private namespaces.
+/// Runs every probe on each target; the process must already be in private namespaces, unless
+/// `--host-network` asks for the host's.
 pub async fn run(opts: &BenchOptions) -> Result<Outcome> {
-    netns::prepare()?;
+    netns::prepare_for(opts.host_network)?;
     let started = Instant::now();
     let dir = create_dir(opts)?;
     info!(dir = %dir.display(), "report folder");
