@@ -38,7 +38,17 @@ pub struct Written {
 
 struct Pending {
     command: Command,
-    done: oneshot::Sender<Result<Written, Error>>,
+    done: oneshot::Sender<Reply>,
+}
+
+/// What the proposing task hands back to a writer.
+enum Reply {
+    /// The entry carries this write alone: the writer waits for openraft's answer itself, one task
+    /// wake-up fewer on a lone client's path than going through [`answer`]. The slot is freed when
+    /// the answer is in.
+    Alone(oneshot::Receiver<ClientWriteResult<TypeConfig>>, OwnedSemaphorePermit),
+    /// The answer, from the task that waited for an entry of many writes.
+    Answered(Result<Written, Error>),
 }
 
 /// The leader's queue of writes; cloning gives another handle on the same queue.
@@ -89,7 +99,14 @@ impl GroupCommit {
         let _taken = self.outstanding.take();
         let (done, answer) = oneshot::channel();
         self.queue.send(Pending { command, done }).map_err(|_| Error::Stopped)?;
-        answer.await.map_err(|_| Error::Stopped)?
+        match answer.await.map_err(|_| Error::Stopped)? {
+            Reply::Answered(written) => written,
+            Reply::Alone(applied, _slot) => {
+                let (index, applied) = settle(applied.await, 1)?;
+                let applied = applied.into_iter().next().ok_or_else(|| Error::Internal("no answer".into()))?;
+                Ok(Written { index, applied })
+            }
+        }
     }
 
     /// Whether every write taken so far has been answered.
@@ -132,12 +149,16 @@ async fn propose_batches(raft: Raft, mut receiver: mpsc::UnboundedReceiver<Pendi
             gather(first, &mut receiver).into_iter().map(|p| (p.command, p.done)).unzip();
         // Submitted in queue order, so entries follow the order the writes arrived in.
         match raft.client_write_ff(Arc::new(commands)).await {
+            Ok(receiver) if waiting.len() == 1 => {
+                let done = waiting.into_iter().next().expect("one writer");
+                let _ = done.send(Reply::Alone(receiver, slot));
+            }
             Ok(receiver) => {
                 tokio::spawn(answer(receiver, waiting, slot));
             }
             Err(_) => {
                 for done in waiting {
-                    let _ = done.send(Err(Error::Stopped));
+                    let _ = done.send(Reply::Answered(Err(Error::Stopped)));
                 }
             }
         }
@@ -147,31 +168,36 @@ async fn propose_batches(raft: Raft, mut receiver: mpsc::UnboundedReceiver<Pendi
 /// Waits for an entry to be applied and answers each of its writes.
 async fn answer(
     applied: oneshot::Receiver<ClientWriteResult<TypeConfig>>,
-    waiting: Vec<oneshot::Sender<Result<Written, Error>>>,
+    waiting: Vec<oneshot::Sender<Reply>>,
     _slot: OwnedSemaphorePermit,
 ) {
-    let result = match applied.await {
-        Ok(Ok(response)) if response.data.len() == waiting.len() => Ok(response),
-        Ok(Ok(response)) => Err(Error::Internal(format!(
-            "an entry of {} writes was applied with {} answers",
-            waiting.len(),
-            response.data.len()
-        ))),
-        Ok(Err(err)) => Err(crate::leader_wire::write_error(err)),
-        Err(_) => Err(Error::Stopped),
-    };
-    match result {
-        Ok(response) => {
-            let index = response.log_id.index;
-            for (done, applied) in waiting.into_iter().zip(response.data) {
-                let _ = done.send(Ok(Written { index, applied }));
+    match settle(applied.await, waiting.len()) {
+        Ok((index, answers)) => {
+            for (done, applied) in waiting.into_iter().zip(answers) {
+                let _ = done.send(Reply::Answered(Ok(Written { index, applied })));
             }
         }
         Err(err) => {
             for done in waiting {
-                let _ = done.send(Err(err.clone()));
+                let _ = done.send(Reply::Answered(Err(err.clone())));
             }
         }
+    }
+}
+
+/// An entry of `writes` writes as openraft answered it: its log index and each write's answer, in order.
+fn settle(
+    applied: Result<ClientWriteResult<TypeConfig>, oneshot::error::RecvError>,
+    writes: usize,
+) -> Result<(u64, Vec<kv_api::Result<CommandResponse>>), Error> {
+    match applied {
+        Ok(Ok(response)) if response.data.len() == writes => Ok((response.log_id.index, response.data)),
+        Ok(Ok(response)) => Err(Error::Internal(format!(
+            "an entry of {writes} writes was applied with {} answers",
+            response.data.len()
+        ))),
+        Ok(Err(err)) => Err(crate::leader_wire::write_error(err)),
+        Err(_) => Err(Error::Stopped),
     }
 }
 
@@ -203,7 +229,8 @@ mod tests {
             async move { writes.drained().await }
         });
 
-        first.done.send(Ok(Written { index: 7, applied: Err(Error::Timeout) })).expect("answer");
+        let answer = Reply::Answered(Ok(Written { index: 7, applied: Err(Error::Timeout) }));
+        assert!(first.done.send(answer).is_ok());
         assert_eq!(answered.await.expect("joined").expect("written").index, 7);
         assert!(!writes.is_drained(), "b is still on its way");
         assert!(!drained.is_finished());
