@@ -32,6 +32,9 @@ pub struct Metrics {
     /// Writes this member forwarded to the leader, and the peer messages that carried them.
     pub forwarded_writes: AtomicU64,
     pub forward_messages: AtomicU64,
+    /// Log entries a follower already held, so that the leader's append sent only their last id (see
+    /// `network::PeerClient::append_entries`).
+    pub append_entries_skipped: AtomicU64,
     pub health_success: AtomicU64,
     pub health_failures: AtomicU64,
     /// `/livez` and `/readyz` checks by (name, type), Prometheus' order: the last result and the runs by
@@ -59,6 +62,7 @@ pub fn metrics() -> &'static Metrics {
         proposals_failed: AtomicU64::new(0),
         forwarded_writes: AtomicU64::new(0),
         forward_messages: AtomicU64::new(0),
+        append_entries_skipped: AtomicU64::new(0),
         health_success: AtomicU64::new(0),
         health_failures: AtomicU64::new(0),
         health_checks: Mutex::default(),
@@ -285,6 +289,12 @@ pub fn render(view: &MemberView) -> String {
             "Peer messages that carried this member's forwarded writes (many writes to a message under load).",
             COUNTER,
             load(&m.forward_messages),
+        ),
+        (
+            "raft_node_append_entries_skipped_total",
+            "Log entries not sent to a follower that already held them (a new leader's first appends).",
+            COUNTER,
+            load(&m.append_entries_skipped),
         ),
         (
             "etcd_server_health_success",

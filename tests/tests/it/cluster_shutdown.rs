@@ -6,7 +6,8 @@
 
 use std::time::{Duration, Instant};
 
-use tests::{Cluster, ClusterConfig, Timing};
+use tests::http::{self, Metrics};
+use tests::{Cluster, ClusterConfig, ServerKind, Timing};
 
 use crate::cluster_writer::{assert_acks_present, read_prefix, Load};
 
@@ -121,4 +122,48 @@ async fn move_leader_makes_the_target_leader() -> anyhow::Result<()> {
     assert!(cluster.member(target).status().await?.is_leader(), "the target does not lead");
     cluster.member(leader).client().await?.put("shutdown/moved", "1", None).await?;
     Ok(())
+}
+
+/// Sequential puts before the hand-over, each its own log entry: enough that the new leader's first
+/// append (openraft's 300 entries from the middle of the log) does not reach the log's end.
+const HANDED_OVER_ENTRIES: usize = 800;
+
+async fn skipped_entries(member: &tests::ClusterMember) -> anyhow::Result<f64> {
+    let metrics = Metrics::parse(&http::get(&member.client_url(), "/metrics").await?.body)?;
+    Ok(metrics.value("raft_node_append_entries_skipped_total", &[]))
+}
+
+/// A new leader does not know how much of its log the followers hold; after a hand-over they hold it
+/// all. Ours asks with empty appends instead of sending them the log again (openraft alone resends
+/// from the middle of the log, 300 entries to a message), and the log it commits next is everyone's.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_new_leader_does_not_resend_the_log_its_followers_hold() -> anyhow::Result<()> {
+    let cluster = Cluster::start_with(ClusterConfig { timing: Some(Timing::DEFAULT), ..ClusterConfig::new(3) }).await?;
+    let leader = cluster.leader().await?;
+    let mut client = cluster.member(leader).client().await?;
+    for i in 0..HANDED_OVER_ENTRIES {
+        client.put(format!("{PREFIX}log/{i:04}"), "v", None).await?;
+    }
+    let target = (0..3).find(|&i| i != leader).expect("three members");
+    let target_id = cluster.member(target).status().await?.member_id;
+    let ours = cluster.kind() == ServerKind::Ours;
+    let before = if ours { skipped_entries(cluster.member(target)).await? } else { 0.0 };
+
+    cluster.etcdctl(&["move-leader", &format!("{target_id:x}")]).await?.ok()?;
+    let put = cluster.member(leader).client().await?.put(format!("{PREFIX}log/after"), "1", None).await?;
+    let revision = put.header().expect("header").revision();
+    if ours {
+        let skipped = skipped_entries(cluster.member(target)).await? - before;
+        assert!(skipped >= 300.0, "the new leader sent its followers the log they held ({skipped} entries skipped)");
+    }
+    for member in 0..3 {
+        let got = cluster.member(member).client().await?.get(format!("{PREFIX}log/"), Some(prefix_count())).await?;
+        assert_eq!(got.count(), HANDED_OVER_ENTRIES as i64 + 1, "member {member}");
+        assert!(got.header().expect("header").revision() >= revision, "member {member}");
+    }
+    Ok(())
+}
+
+fn prefix_count() -> etcd_client::GetOptions {
+    etcd_client::GetOptions::new().with_prefix().with_count_only()
 }
