@@ -35,6 +35,8 @@ pub struct Metrics {
     /// Log entries a follower already held, so that the leader's append sent only their last id (see
     /// `network::PeerClient::append_entries`).
     pub append_entries_skipped: AtomicU64,
+    /// RPCs to a peer moved to its other connection after one ran out of time (`network`).
+    pub peer_lane_switches: AtomicU64,
     pub health_success: AtomicU64,
     pub health_failures: AtomicU64,
     /// `/livez` and `/readyz` checks by (name, type), Prometheus' order: the last result and the runs by
@@ -63,6 +65,7 @@ pub fn metrics() -> &'static Metrics {
         forwarded_writes: AtomicU64::new(0),
         forward_messages: AtomicU64::new(0),
         append_entries_skipped: AtomicU64::new(0),
+        peer_lane_switches: AtomicU64::new(0),
         health_success: AtomicU64::new(0),
         health_failures: AtomicU64::new(0),
         health_checks: Mutex::default(),
@@ -295,6 +298,12 @@ pub fn render(view: &MemberView) -> String {
             "Log entries not sent to a follower that already held them (a new leader's first appends).",
             COUNTER,
             load(&m.append_entries_skipped),
+        ),
+        (
+            "raft_node_peer_connection_switches_total",
+            "Times an RPC to a peer ran out of time and later ones moved to the peer's other connection.",
+            COUNTER,
+            load(&m.peer_lane_switches),
         ),
         (
             "etcd_server_health_success",

@@ -5,8 +5,23 @@
 //! shared by every client openraft asks for: openraft makes a fresh client for each read-index quorum
 //! round and each vote, and a fresh TCP and HTTP/2 handshake per linearizable read is what it would
 //! otherwise cost. A channel reconnects by itself after its peer restarts.
+//!
+//! # Several connections per peer
+//!
+//! TCP delivers in order: one lost segment holds up everything sent after it on its connection until it
+//! is retransmitted, and Linux waits at least 200 ms for that, twice as long each time the copy is lost
+//! too. On a link losing a fifth of its packets a connection goes silent for a second or more several
+//! times a minute, and with both of a leader's follower links silent at once it hears no quorum for an
+//! election timeout (seen in the jepsen `loss` runs: about one run in three lost its quorum or timed a
+//! client out). So each peer gets [`LANES`] connections ([`PeerLanes`]) and RPCs use one at a time; an
+//! RPC that runs out of time (tonic's deadline, or openraft's own, which drops it) moves every later RPC
+//! to that peer to the next one, which by then has usually recovered, instead of queueing it behind the
+//! lost segment. Raft tolerates the reordering this allows (an append or vote left on a stalled
+//! connection may arrive after later ones; appends are checked against the log, votes against the
+//! term). A snapshot stays on the first connection: its chunks must arrive in order.
 
 use std::collections::HashMap;
+use std::sync::atomic::AtomicUsize;
 use std::sync::atomic::Ordering::Relaxed;
 use std::sync::{Arc, Mutex};
 
@@ -33,24 +48,98 @@ pub struct PeerNetwork {
     dialer: PeerDialer,
     /// Which peers answer, for `--strict-reconfig-check`.
     connectivity: Connectivity,
-    /// The channel to each peer URL, made on first use.
-    channels: Arc<Mutex<HashMap<String, Channel>>>,
+    /// The connections to each peer URL, made on first use.
+    lanes: Arc<Mutex<HashMap<String, Arc<PeerLanes>>>>,
 }
 
 impl PeerNetwork {
     pub fn new(dialer: PeerDialer, connectivity: Connectivity) -> Self {
-        PeerNetwork { dialer, connectivity, channels: Arc::default() }
+        PeerNetwork { dialer, connectivity, lanes: Arc::default() }
     }
 
-    /// The shared channel to `url`, or `None` when it cannot be dialled.
-    pub(crate) fn channel(&self, url: &str) -> Option<Channel> {
-        let mut channels = self.channels.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-        if let Some(channel) = channels.get(url) {
-            return Some(channel.clone());
+    /// The shared connections to `url`, or `None` when it cannot be dialled.
+    fn lanes(&self, url: &str) -> Option<Arc<PeerLanes>> {
+        let mut lanes = self.lanes.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        if let Some(lanes) = lanes.get(url) {
+            return Some(lanes.clone());
         }
-        let channel = self.dialer.channel(url)?;
-        channels.insert(url.to_string(), channel.clone());
-        Some(channel)
+        // They connect lazily: the second one only once an RPC ran out of time on the first.
+        let mut channels = Vec::with_capacity(LANES);
+        for _ in 0..LANES {
+            channels.push(self.dialer.channel(url)?);
+        }
+        let made = Arc::new(PeerLanes::new(channels));
+        lanes.insert(url.to_string(), made.clone());
+        Some(made)
+    }
+
+    /// The first shared channel to `url` (health probes), or `None` when it cannot be dialled.
+    pub(crate) fn channel(&self, url: &str) -> Option<Channel> {
+        self.lanes(url).map(|lanes| lanes.first.clone())
+    }
+}
+
+/// Connections to each peer (see the module doc).
+const LANES: usize = 3;
+
+/// The connections to one peer URL, and which one RPCs use now (see the module doc).
+#[derive(Debug)]
+struct PeerLanes {
+    /// The first lane's channel, for the health probes.
+    first: Channel,
+    clients: Vec<RaftPeerClient<Channel>>,
+    current: AtomicUsize,
+}
+
+impl PeerLanes {
+    fn new(channels: Vec<Channel>) -> Self {
+        let first = channels[0].clone();
+        let clients = channels
+            .into_iter()
+            .map(|channel| {
+                RaftPeerClient::new(channel).max_decoding_message_size(usize::MAX).max_encoding_message_size(usize::MAX)
+            })
+            .collect();
+        Self { first, clients, current: AtomicUsize::new(0) }
+    }
+
+    /// Lane `pinned`, or the lane RPCs use now, and its client.
+    fn client(&self, pinned: Option<usize>) -> (usize, RaftPeerClient<Channel>) {
+        let lane = pinned.unwrap_or_else(|| self.current.load(Relaxed));
+        (lane, self.clients[lane].clone())
+    }
+
+    /// An RPC on `lane` ran out of time: later ones take the next lane, unless another RPC that timed
+    /// out on the same lane already moved them.
+    fn timed_out(&self, lane: usize) {
+        let next = (lane + 1) % self.clients.len();
+        if self.current.compare_exchange(lane, next, Relaxed, Relaxed).is_ok() {
+            crate::metrics::metrics().peer_lane_switches.fetch_add(1, Relaxed);
+        }
+    }
+}
+
+/// An RPC on its way: dropped before [`InFlight::settle`] (openraft timed it out and dropped it), or
+/// settled by a reply that ran out of time, it moves later RPCs to the peer's next lane.
+struct InFlight<'a> {
+    lanes: &'a PeerLanes,
+    lane: usize,
+}
+
+impl InFlight<'_> {
+    /// Settles the RPC by its reply: an answer, or an error other than running out of time, keeps the
+    /// lane.
+    fn settle<T>(self, reply: &Result<T, tonic::Status>) {
+        let out_of_time = matches!(reply, Err(status) if matches!(status.code(), tonic::Code::Cancelled | tonic::Code::DeadlineExceeded));
+        if !out_of_time {
+            std::mem::forget(self);
+        }
+    }
+}
+
+impl Drop for InFlight<'_> {
+    fn drop(&mut self) {
+        self.lanes.timed_out(self.lane);
     }
 }
 
@@ -58,7 +147,7 @@ impl PeerNetwork {
 pub struct PeerClient {
     target: NodeId,
     node: MemberNode,
-    client: Option<RaftPeerClient<Channel>>,
+    lanes: Option<Arc<PeerLanes>>,
     connectivity: Connectivity,
     /// Whether the next long append is first probed (see [`PeerClient::append_entries`]): from the start
     /// of a replication stream until a probe finds the end of what the follower holds.
@@ -80,10 +169,8 @@ impl RaftNetworkFactory<TypeConfig> for PeerNetwork {
     type Network = PeerClient;
 
     async fn new_client(&mut self, target: NodeId, node: &MemberNode) -> Self::Network {
-        let client = node.peer_urls.first().and_then(|url| self.channel(url)).map(|channel| {
-            RaftPeerClient::new(channel).max_decoding_message_size(usize::MAX).max_encoding_message_size(usize::MAX)
-        });
-        PeerClient { target, node: node.clone(), client, connectivity: self.connectivity.clone(), probing: true }
+        let lanes = node.peer_urls.first().and_then(|url| self.lanes(url));
+        PeerClient { target, node: node.clone(), lanes, connectivity: self.connectivity.clone(), probing: true }
     }
 }
 
@@ -96,12 +183,23 @@ impl PeerClient {
         option: &RPCOption,
     ) -> RpcResult<AppendEntriesResponse<NodeId>, RaftError<NodeId>> {
         let request = with_deadline(message(rpc)?, option);
-        let reply = self.client()?.append_entries(request).await;
+        let (in_flight, mut client) = self.client(None)?;
+        let reply = client.append_entries(request).await;
+        in_flight.settle(&reply);
         self.reply(reply)
     }
 
-    fn client<E: std::error::Error>(&self) -> RpcResult<RaftPeerClient<Channel>, E> {
-        self.client.clone().ok_or_else(|| RPCError::Unreachable(Unreachable::new(&PeerError::NoUrl(self.target))))
+    /// The client of lane `pinned`, or of the lane RPCs to this peer use now, with the RPC to send on it.
+    fn client<E: std::error::Error>(
+        &self,
+        pinned: Option<usize>,
+    ) -> RpcResult<(InFlight<'_>, RaftPeerClient<Channel>), E> {
+        let lanes = self
+            .lanes
+            .as_deref()
+            .ok_or_else(|| RPCError::Unreachable(Unreachable::new(&PeerError::NoUrl(self.target))))?;
+        let (lane, client) = lanes.client(pinned);
+        Ok((InFlight { lanes, lane }, client))
     }
 
     /// Turns the peer's encoded `Result` into openraft's RPC result.
@@ -185,7 +283,10 @@ impl RaftNetwork<TypeConfig> for PeerClient {
             .map_err(|e| RPCError::Network(NetworkError::new(&PeerError::Codec(e.to_string()))))?;
         let chunk = raftpb::SnapshotChunk { meta, offset: rpc.offset, data: rpc.data, done: rpc.done };
         let request = with_deadline(tokio_stream::iter([chunk]), &option);
-        let reply = self.client()?.install_snapshot(request).await;
+        // Always the first lane: chunks must arrive in order.
+        let (in_flight, mut client) = self.client(Some(0))?;
+        let reply = client.install_snapshot(request).await;
+        in_flight.settle(&reply);
         self.reply(reply)
     }
 
@@ -195,7 +296,49 @@ impl RaftNetwork<TypeConfig> for PeerClient {
         option: RPCOption,
     ) -> RpcResult<VoteResponse<NodeId>, RaftError<NodeId>> {
         let request = with_deadline(message(&rpc)?, &option);
-        let reply = self.client()?.vote(request).await;
+        let (in_flight, mut client) = self.client(None)?;
+        let reply = client.vote(request).await;
+        in_flight.settle(&reply);
         self.reply(reply)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn an_rpc_out_of_time_moves_later_ones_to_the_other_connection_once() {
+        let dialer = PeerDialer::default();
+        let channels = (0..3).map(|_| dialer.channel("http://127.0.0.1:1").expect("channel")).collect();
+        let lanes = PeerLanes::new(channels);
+        assert_eq!(lanes.client(None).0, 0);
+        lanes.timed_out(0);
+        assert_eq!(lanes.client(None).0, 1);
+        // A second RPC that had gone out on the first lane and timed out too moves nothing on.
+        lanes.timed_out(0);
+        assert_eq!(lanes.client(None).0, 1);
+        lanes.timed_out(1);
+        assert_eq!(lanes.client(None).0, 2);
+        lanes.timed_out(2);
+        assert_eq!(lanes.client(None).0, 0);
+        assert_eq!(lanes.client(Some(0)).0, 0, "a snapshot stays on the first lane");
+        lanes.timed_out(0);
+        assert_eq!(lanes.client(Some(0)).0, 0, "a snapshot stays on the first lane");
+    }
+
+    #[tokio::test]
+    async fn an_rpc_dropped_or_out_of_time_moves_the_lane_and_an_answer_keeps_it() {
+        let dialer = PeerDialer::default();
+        let channels = (0..3).map(|_| dialer.channel("http://127.0.0.1:1").expect("channel")).collect();
+        let lanes = PeerLanes::new(channels);
+        let sent = || InFlight { lanes: &lanes, lane: lanes.client(None).0 };
+        sent().settle(&Ok::<(), tonic::Status>(()));
+        sent().settle(&Err::<(), _>(tonic::Status::unavailable("connection refused")));
+        assert_eq!(lanes.client(None).0, 0, "answers and other errors keep the lane");
+        sent().settle(&Err::<(), _>(tonic::Status::cancelled("Timeout expired")));
+        assert_eq!(lanes.client(None).0, 1, "tonic's deadline moves it");
+        drop(sent());
+        assert_eq!(lanes.client(None).0, 2, "openraft's timeout, which drops the RPC, moves it");
     }
 }

@@ -66,7 +66,7 @@ macro_rules! serve {
         let (router, stop) = ($router, $stop);
         match ($listener, $tls) {
             (Listener::Tcp(listener), None) => {
-                let incoming = TcpListenerStream::new(listener).map(|conn| conn.and_then(no_delay).map($wrap));
+                let incoming = TcpListenerStream::new(listener).map(|conn| conn.and_then(tuned).map($wrap));
                 $servers.spawn(async move { router.serve_with_incoming_shutdown(incoming, stop).await });
             }
             (Listener::Tcp(listener), Some(acceptor)) => {
@@ -564,10 +564,11 @@ async fn publish(consensus: Arc<RaftConsensus>, raft: Raft, id: NodeId, config: 
     }
 }
 
-/// Turns Nagle's algorithm off on an accepted connection. tonic's `tcp_nodelay` only reaches the
-/// sockets it accepts itself, not those of `serve_with_incoming`; left on, a small answer waits for
-/// the client's delayed ACK, about 40 ms on Linux (every read showed it).
-fn no_delay(stream: tokio::net::TcpStream) -> std::io::Result<tokio::net::TcpStream> {
-    stream.set_nodelay(true)?;
+/// Sets up an accepted connection ([`crate::dial::tune`]: no Nagle, linear retransmission timeouts).
+/// tonic's `tcp_nodelay` only reaches the sockets it accepts itself, not those of `serve_with_incoming`;
+/// left on, a small answer waits for the client's delayed ACK, about 40 ms on Linux (every read showed
+/// it).
+fn tuned(stream: tokio::net::TcpStream) -> std::io::Result<tokio::net::TcpStream> {
+    crate::dial::tune(&stream)?;
     Ok(stream)
 }

@@ -47,8 +47,8 @@ pub fn accept(listener: TcpListener, tls: super::TlsListen) -> ReceiverStream<io
             };
             let (acceptor, tx, rule) = (acceptor.clone(), tx.clone(), rule.clone());
             tokio::spawn(async move {
-                if let Err(err) = tcp.set_nodelay(true) {
-                    warn!(%remote, %err, "setting TCP_NODELAY");
+                if let Err(err) = crate::dial::tune(&tcp) {
+                    warn!(%remote, %err, "setting up the TCP connection");
                 }
                 let stream = match tokio::time::timeout(HANDSHAKE_TIMEOUT, acceptor.accept(tcp)).await {
                     Ok(Ok(stream)) => stream,
