@@ -1,9 +1,18 @@
-//! Sending [`LeaderRequest`]s to another member over the peer network, with one cached connection per peer
+//! Sending [`LeaderRequest`]s to another member over the peer network, with cached connections per peer
 //! URL (made by the member's [`PeerDialer`]).
+//!
+//! Each peer gets [`LINKS`] connections and requests take one at a time. A lost TCP segment holds up
+//! everything after it on its connection while Linux retransmits it (200 ms at least, doubling each time
+//! the copy is lost too): with 20 % loss on peer links, writes forwarded behind one waited out their
+//! client's two seconds. So when a request sent on the current connection has waited [`STALLED`] with
+//! no answer coming back on it since, new requests take the next connection; the waiting ones wait on
+//! (a forwarded write is never sent twice).
 
 use std::collections::HashMap;
+use std::sync::atomic::Ordering::Relaxed;
+use std::sync::atomic::{AtomicU64, AtomicUsize};
 use std::sync::Arc;
-use std::time::{Duration, SystemTime};
+use std::time::{Duration, Instant, SystemTime};
 
 use kv_api::Error;
 use parking_lot::Mutex;
@@ -17,28 +26,83 @@ use crate::leader_wire::{unix_ms, Forwarded, LeaderReply, LeaderRequest};
 use crate::storage::{decode, encode};
 use crate::typ::MemberNode;
 
+/// Connections per peer for forwarded requests (see the module doc).
+const LINKS: usize = 3;
+/// How long a request waits with no answer on its connection before new requests take the next one.
+const STALLED: Duration = Duration::from_millis(300);
+
 /// Connections to peers for forwarded requests.
 #[derive(Clone, Default)]
 pub struct Forwarder {
     dialer: PeerDialer,
-    clients: Arc<Mutex<HashMap<String, RaftPeerClient<Channel>>>>,
+    links: Arc<Mutex<HashMap<String, Arc<Links>>>>,
+}
+
+/// The connections to one peer, and which one new requests take (see the module doc).
+struct Links {
+    clients: Vec<RaftPeerClient<Channel>>,
+    current: AtomicUsize,
+    /// Per connection: when (ms after `epoch`, never 0) the first request sent on it since its last
+    /// answer went out; 0 when no request waits for one.
+    waiting_since: Vec<AtomicU64>,
+    epoch: Instant,
+}
+
+impl Links {
+    fn new(clients: Vec<RaftPeerClient<Channel>>) -> Self {
+        let waiting_since = clients.iter().map(|_| AtomicU64::new(0)).collect();
+        Self { clients, current: AtomicUsize::new(0), waiting_since, epoch: Instant::now() }
+    }
+
+    fn now_ms(&self) -> u64 {
+        self.epoch.elapsed().as_millis() as u64 + 1
+    }
+
+    /// The connection a new request takes, its client, and the request marked as waiting on it.
+    fn send(&self) -> (usize, RaftPeerClient<Channel>) {
+        let now = self.now_ms();
+        let mut link = self.current.load(Relaxed);
+        let since = self.waiting_since[link].load(Relaxed);
+        if since != 0 && now.saturating_sub(since) >= STALLED.as_millis() as u64 {
+            let next = (link + 1) % self.clients.len();
+            link = match self.current.compare_exchange(link, next, Relaxed, Relaxed) {
+                Ok(_) => {
+                    debug!(from = link, to = next, "a forwarded request waits on a silent connection; moving on");
+                    next
+                }
+                Err(moved) => moved,
+            };
+        }
+        let _ = self.waiting_since[link].compare_exchange(0, now, Relaxed, Relaxed);
+        (link, self.clients[link].clone())
+    }
+
+    /// An answer came back on `link`: it delivers.
+    fn answered(&self, link: usize) {
+        self.waiting_since[link].store(0, Relaxed);
+    }
 }
 
 impl Forwarder {
     pub fn new(dialer: PeerDialer) -> Self {
-        Self { dialer, clients: Default::default() }
+        Self { dialer, links: Default::default() }
     }
 
-    fn client(&self, node: &MemberNode) -> Result<RaftPeerClient<Channel>, Error> {
+    fn links(&self, node: &MemberNode) -> Result<Arc<Links>, Error> {
         let url = node.peer_urls.first().ok_or(Error::NotLeader)?;
-        let mut clients = self.clients.lock();
-        if let Some(client) = clients.get(url) {
-            return Ok(client.clone());
+        let mut links = self.links.lock();
+        if let Some(links) = links.get(url) {
+            return Ok(links.clone());
         }
-        let channel = self.dialer.channel(url).ok_or(Error::MemberBadUrls)?;
-        let client = RaftPeerClient::new(channel).max_decoding_message_size(usize::MAX);
-        clients.insert(url.clone(), client.clone());
-        Ok(client)
+        let mut clients = Vec::with_capacity(LINKS);
+        for _ in 0..LINKS {
+            // Lazy: a connection is made when a request first takes it.
+            let channel = self.dialer.channel(url).ok_or(Error::MemberBadUrls)?;
+            clients.push(RaftPeerClient::new(channel).max_decoding_message_size(usize::MAX));
+        }
+        let made = Arc::new(Links::new(clients));
+        links.insert(url.clone(), made.clone());
+        Ok(made)
     }
 
     /// Sends `req` to `node` and waits up to `timeout` for its answer.
@@ -65,15 +129,19 @@ impl Forwarder {
             Ok(payload) => payload,
             Err(e) => return Ok(Err(Error::Internal(format!("encoding a forwarded request: {e}")))),
         };
-        let mut client = match self.client(node) {
-            Ok(client) => client,
+        let links = match self.links(node) {
+            Ok(links) => links,
             Err(err) => return Ok(Err(err)),
         };
+        let (link, mut client) = links.send();
         let mut request = tonic::Request::new(raftpb::RaftMessage { payload });
         request.set_timeout(timeout);
         // The deadline travels to the peer, but the client side must enforce it too: a paused peer accepts
         // the connection and never answers.
         let sent = tokio::time::timeout(timeout, client.forward(request)).await;
+        if matches!(&sent, Ok(Ok(_))) {
+            links.answered(link);
+        }
         let reply = sent.unwrap_or_else(|_| Err(tonic::Status::deadline_exceeded("no answer from the peer in time")));
         let reply = reply.inspect_err(|status| debug!(peer = %node, ?status, "forwarding failed"))?.into_inner();
         Ok(decode::<Result<LeaderReply, Error>>(&reply.payload)
@@ -131,6 +199,25 @@ mod tests {
         // The connection closes before it ever runs, with the request still queued for it.
         drop(connection);
         answer.await.expect_err("the connection is gone")
+    }
+
+    #[tokio::test]
+    async fn new_requests_leave_a_connection_whose_request_waited_too_long_without_an_answer() {
+        let dialer = PeerDialer::default();
+        let client = || RaftPeerClient::new(dialer.channel("http://127.0.0.1:1").expect("channel"));
+        let links = Links::new((0..LINKS).map(|_| client()).collect());
+        assert_eq!(links.send().0, 0);
+        links.answered(0);
+        // Answered: a request sent long after still takes the same connection.
+        std::thread::sleep(STALLED + Duration::from_millis(20));
+        assert_eq!(links.send().0, 0);
+        assert_eq!(links.send().0, 0, "the first request has not waited long yet");
+        std::thread::sleep(STALLED + Duration::from_millis(20));
+        assert_eq!(links.send().0, 1, "the request on the first connection waited too long");
+        assert_eq!(links.send().0, 1);
+        links.answered(1);
+        std::thread::sleep(STALLED + Duration::from_millis(20));
+        assert_eq!(links.send().0, 1, "the second connection answers");
     }
 
     #[tokio::test]

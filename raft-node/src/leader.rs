@@ -56,6 +56,9 @@ pub struct Leader {
     pub max_learners: usize,
 }
 
+/// The pause before a leadership confirmation asks again (see [`Leader::confirmation_rounds`]).
+const CONFIRMATION_RETRY_PAUSE: Duration = Duration::from_millis(20);
+
 /// etcd promotes a learner only once it has at least this share of the leader's log.
 const LEARNER_READY_SHARE: f64 = 0.9;
 
@@ -84,13 +87,32 @@ impl Leader {
 
     /// Quorum rounds that confirm this member's leadership, each shared by the requests that arrived
     /// before it began; a round answers the commit index.
-    pub fn confirmation_rounds(raft: &Raft) -> ReadRounds {
+    ///
+    /// openraft gives up on a round once its messages went unanswered for its RPC window (a third of the
+    /// election timeout). On a lossy link that is one delayed TCP retransmission, and the reads of the
+    /// round failed with "request timed out" (25 reads in 14 jepsen runs with 20 % loss). etcd asks again
+    /// until the request's deadline; a round here asks again for up to `retry_for` (the election
+    /// timeout, after which a leader that heard no quorum knows no leader), each attempt on the
+    /// connections the timed-out messages moved to (`network`). Any attempt begins after the round's
+    /// requests arrived, so its answer serves them as the first would have.
+    pub fn confirmation_rounds(raft: &Raft, retry_for: Duration) -> ReadRounds {
         let raft = raft.clone();
         ReadRounds::start(move || {
             let raft = raft.clone();
             async move {
-                let (read_log_id, _applied) = raft.get_read_log_id().await.map_err(leadership_error)?;
-                Ok(read_log_id.map_or(0, |id| id.index))
+                let started = Instant::now();
+                loop {
+                    match raft.get_read_log_id().await {
+                        Ok((read_log_id, _applied)) => return Ok(read_log_id.map_or(0, |id| id.index)),
+                        Err(RaftError::APIError(openraft::error::CheckIsLeaderError::QuorumNotEnough(_)))
+                            if started.elapsed() < retry_for =>
+                        {
+                            // Peers that refuse connections fail at once: no busy loop.
+                            tokio::time::sleep(CONFIRMATION_RETRY_PAUSE).await;
+                        }
+                        Err(err) => return Err(leadership_error(err)),
+                    }
+                }
             }
         })
     }

@@ -196,7 +196,7 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> anyhow::
         store: store.clone(),
         deadlines: Arc::new(LeaseDeadlines::new(election)),
         writes: GroupCommit::start(raft.clone()),
-        confirmations: Leader::confirmation_rounds(&raft),
+        confirmations: Leader::confirmation_rounds(&raft, election),
         strict_reconfig_check: config.clustering.strict_reconfig_check,
         connectivity,
         max_learners: config.renamed.max_learners,
