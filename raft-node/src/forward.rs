@@ -1,16 +1,16 @@
 //! Sending [`LeaderRequest`]s to another member over the peer network, with cached connections per peer
 //! URL (made by the member's [`PeerDialer`]).
 //!
-//! Each peer gets [`LINKS`] connections and requests take one at a time. A lost TCP segment holds up
-//! everything after it on its connection while Linux retransmits it (200 ms at least, doubling each time
-//! the copy is lost too): with 20 % loss on peer links, writes forwarded behind one waited out their
-//! client's two seconds. So when a request sent on the current connection has waited [`STALLED`] with
+//! Each peer gets [`lanes::LANES`] connections ([`Lanes`]) and requests take one at a time. A lost TCP
+//! segment holds up everything after it on its connection while Linux retransmits it (200 ms at least,
+//! doubling each time the copy is lost too): with 20 % loss on peer links, writes forwarded behind one
+//! waited out their client's two seconds. So when a request sent on the current connection has waited [`STALLED`] with
 //! no answer coming back on it since, new requests take the next connection; the waiting ones wait on
 //! (a forwarded write is never sent twice).
 
 use std::collections::HashMap;
+use std::sync::atomic::AtomicU64;
 use std::sync::atomic::Ordering::Relaxed;
-use std::sync::atomic::{AtomicU64, AtomicUsize};
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime};
 
@@ -22,12 +22,11 @@ use tonic::transport::Channel;
 use tracing::debug;
 
 use crate::dial::PeerDialer;
+use crate::lanes::{self, Lanes};
 use crate::leader_wire::{unix_ms, Forwarded, LeaderReply, LeaderRequest};
 use crate::storage::{decode, encode};
 use crate::typ::MemberNode;
 
-/// Connections per peer for forwarded requests (see the module doc).
-const LINKS: usize = 3;
 /// How long a request waits with no answer on its connection before new requests take the next one.
 const STALLED: Duration = Duration::from_millis(300);
 
@@ -38,10 +37,9 @@ pub struct Forwarder {
     links: Arc<Mutex<HashMap<String, Arc<Links>>>>,
 }
 
-/// The connections to one peer, and which one new requests take (see the module doc).
+/// The connections to one peer, and since when a request waits on each (see the module doc).
 struct Links {
-    clients: Vec<RaftPeerClient<Channel>>,
-    current: AtomicUsize,
+    lanes: Lanes<RaftPeerClient<Channel>>,
     /// Per connection: when (ms after `epoch`, never 0) the first request sent on it since its last
     /// answer went out; 0 when no request waits for one.
     waiting_since: Vec<AtomicU64>,
@@ -51,7 +49,7 @@ struct Links {
 impl Links {
     fn new(clients: Vec<RaftPeerClient<Channel>>) -> Self {
         let waiting_since = clients.iter().map(|_| AtomicU64::new(0)).collect();
-        Self { clients, current: AtomicUsize::new(0), waiting_since, epoch: Instant::now() }
+        Self { lanes: Lanes::new(clients), waiting_since, epoch: Instant::now() }
     }
 
     fn now_ms(&self) -> u64 {
@@ -61,20 +59,18 @@ impl Links {
     /// The connection a new request takes, its client, and the request marked as waiting on it.
     fn send(&self) -> (usize, RaftPeerClient<Channel>) {
         let now = self.now_ms();
-        let mut link = self.current.load(Relaxed);
+        let mut link = self.lanes.current();
         let since = self.waiting_since[link].load(Relaxed);
         if since != 0 && now.saturating_sub(since) >= STALLED.as_millis() as u64 {
-            let next = (link + 1) % self.clients.len();
-            link = match self.current.compare_exchange(link, next, Relaxed, Relaxed) {
-                Ok(_) => {
-                    debug!(from = link, to = next, "a forwarded request waits on a silent connection; moving on");
-                    next
-                }
-                Err(moved) => moved,
-            };
+            if let Some(next) = self.lanes.move_on(link) {
+                debug!(from = link, to = next, "a forwarded request waits on a silent connection; moving on");
+                // What still waits there from an earlier turn was given up on: the measure starts afresh.
+                self.waiting_since[next].store(0, Relaxed);
+            }
+            link = self.lanes.current();
         }
         let _ = self.waiting_since[link].compare_exchange(0, now, Relaxed, Relaxed);
-        (link, self.clients[link].clone())
+        self.lanes.client(Some(link))
     }
 
     /// An answer came back on `link`: it delivers.
@@ -94,13 +90,10 @@ impl Forwarder {
         if let Some(links) = links.get(url) {
             return Ok(links.clone());
         }
-        let mut clients = Vec::with_capacity(LINKS);
-        for _ in 0..LINKS {
-            // Lazy: a connection is made when a request first takes it.
-            let channel = self.dialer.channel(url).ok_or(Error::MemberBadUrls)?;
-            clients.push(RaftPeerClient::new(channel).max_decoding_message_size(usize::MAX));
-        }
-        let made = Arc::new(Links::new(clients));
+        // Lazy: a connection is made when a request first takes it.
+        let channels = lanes::channels(&self.dialer, url).ok_or(Error::MemberBadUrls)?;
+        let clients = channels.into_iter().map(|c| RaftPeerClient::new(c).max_decoding_message_size(usize::MAX));
+        let made = Arc::new(Links::new(clients.collect()));
         links.insert(url.clone(), made.clone());
         Ok(made)
     }
@@ -205,7 +198,7 @@ mod tests {
     async fn new_requests_leave_a_connection_whose_request_waited_too_long_without_an_answer() {
         let dialer = PeerDialer::default();
         let client = || RaftPeerClient::new(dialer.channel("http://127.0.0.1:1").expect("channel"));
-        let links = Links::new((0..LINKS).map(|_| client()).collect());
+        let links = Links::new((0..lanes::LANES).map(|_| client()).collect());
         assert_eq!(links.send().0, 0);
         links.answered(0);
         // Answered: a request sent long after still takes the same connection.
@@ -218,6 +211,12 @@ mod tests {
         links.answered(1);
         std::thread::sleep(STALLED + Duration::from_millis(20));
         assert_eq!(links.send().0, 1, "the second connection answers");
+        // Round the lanes back to the first, whose request never got its answer: it starts afresh.
+        std::thread::sleep(STALLED + Duration::from_millis(20));
+        assert_eq!(links.send().0, 2);
+        std::thread::sleep(STALLED + Duration::from_millis(20));
+        assert_eq!(links.send().0, 0);
+        assert_eq!(links.send().0, 0, "the first connection's old request does not count");
     }
 
     #[tokio::test]

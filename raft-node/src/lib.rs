@@ -63,6 +63,7 @@ pub mod health;
 pub mod http;
 pub mod identity;
 pub mod index_compaction;
+pub mod lanes;
 pub mod leader;
 pub mod leader_wire;
 pub mod lease_expiry;

@@ -13,7 +13,7 @@
 //! too. On a link losing a fifth of its packets a connection goes silent for a second or more several
 //! times a minute, and with both of a leader's follower links silent at once it hears no quorum for an
 //! election timeout (seen in the jepsen `loss` runs: about one run in three lost its quorum or timed a
-//! client out). So each peer gets [`LANES`] connections ([`PeerLanes`]) and RPCs use one at a time; an
+//! client out). So each peer gets [`lanes::LANES`] connections ([`PeerLanes`]) and RPCs use one at a time; an
 //! RPC that runs out of time (tonic's deadline, or openraft's own, which drops it) moves every later RPC
 //! to that peer to the next one, which by then has usually recovered, instead of queueing it behind the
 //! lost segment. Raft tolerates the reordering this allows (an append or vote left on a stalled
@@ -21,7 +21,6 @@
 //! term). A snapshot stays on the first connection: its chunks must arrive in order.
 
 use std::collections::HashMap;
-use std::sync::atomic::AtomicUsize;
 use std::sync::atomic::Ordering::Relaxed;
 use std::sync::{Arc, Mutex};
 
@@ -39,6 +38,7 @@ use tonic::transport::Channel;
 
 use crate::connectivity::Connectivity;
 use crate::dial::PeerDialer;
+use crate::lanes::{self, Lanes};
 use crate::storage::{decode, encode};
 use crate::typ::{MemberNode, NodeId, TypeConfig};
 
@@ -64,11 +64,7 @@ impl PeerNetwork {
             return Some(lanes.clone());
         }
         // They connect lazily: the second one only once an RPC ran out of time on the first.
-        let mut channels = Vec::with_capacity(LANES);
-        for _ in 0..LANES {
-            channels.push(self.dialer.channel(url)?);
-        }
-        let made = Arc::new(PeerLanes::new(channels));
+        let made = Arc::new(PeerLanes::new(lanes::channels(&self.dialer, url)?));
         lanes.insert(url.to_string(), made.clone());
         Some(made)
     }
@@ -79,16 +75,12 @@ impl PeerNetwork {
     }
 }
 
-/// Connections to each peer (see the module doc).
-const LANES: usize = 3;
-
-/// The connections to one peer URL, and which one RPCs use now (see the module doc).
+/// The connections to one peer URL (see the module doc).
 #[derive(Debug)]
 struct PeerLanes {
     /// The first lane's channel, for the health probes.
     first: Channel,
-    clients: Vec<RaftPeerClient<Channel>>,
-    current: AtomicUsize,
+    lanes: Lanes<RaftPeerClient<Channel>>,
 }
 
 impl PeerLanes {
@@ -100,20 +92,13 @@ impl PeerLanes {
                 RaftPeerClient::new(channel).max_decoding_message_size(usize::MAX).max_encoding_message_size(usize::MAX)
             })
             .collect();
-        Self { first, clients, current: AtomicUsize::new(0) }
-    }
-
-    /// Lane `pinned`, or the lane RPCs use now, and its client.
-    fn client(&self, pinned: Option<usize>) -> (usize, RaftPeerClient<Channel>) {
-        let lane = pinned.unwrap_or_else(|| self.current.load(Relaxed));
-        (lane, self.clients[lane].clone())
+        Self { first, lanes: Lanes::new(clients) }
     }
 
     /// An RPC on `lane` ran out of time: later ones take the next lane, unless another RPC that timed
     /// out on the same lane already moved them.
     fn timed_out(&self, lane: usize) {
-        let next = (lane + 1) % self.clients.len();
-        if self.current.compare_exchange(lane, next, Relaxed, Relaxed).is_ok() {
+        if self.lanes.move_on(lane).is_some() {
             crate::metrics::metrics().peer_lane_switches.fetch_add(1, Relaxed);
         }
     }
@@ -198,7 +183,7 @@ impl PeerClient {
             .lanes
             .as_deref()
             .ok_or_else(|| RPCError::Unreachable(Unreachable::new(&PeerError::NoUrl(self.target))))?;
-        let (lane, client) = lanes.client(pinned);
+        let (lane, client) = lanes.lanes.client(pinned);
         Ok((InFlight { lanes, lane }, client))
     }
 
@@ -308,37 +293,31 @@ mod tests {
     use super::*;
 
     #[tokio::test]
-    async fn an_rpc_out_of_time_moves_later_ones_to_the_other_connection_once() {
+    async fn an_rpc_out_of_time_moves_later_ones_to_the_next_connection_once() {
         let dialer = PeerDialer::default();
-        let channels = (0..3).map(|_| dialer.channel("http://127.0.0.1:1").expect("channel")).collect();
-        let lanes = PeerLanes::new(channels);
-        assert_eq!(lanes.client(None).0, 0);
+        let lanes = PeerLanes::new(lanes::channels(&dialer, "http://127.0.0.1:1").expect("channels"));
+        let in_use = || lanes.lanes.current();
         lanes.timed_out(0);
-        assert_eq!(lanes.client(None).0, 1);
+        assert_eq!(in_use(), 1);
         // A second RPC that had gone out on the first lane and timed out too moves nothing on.
         lanes.timed_out(0);
-        assert_eq!(lanes.client(None).0, 1);
+        assert_eq!(in_use(), 1);
         lanes.timed_out(1);
-        assert_eq!(lanes.client(None).0, 2);
         lanes.timed_out(2);
-        assert_eq!(lanes.client(None).0, 0);
-        assert_eq!(lanes.client(Some(0)).0, 0, "a snapshot stays on the first lane");
-        lanes.timed_out(0);
-        assert_eq!(lanes.client(Some(0)).0, 0, "a snapshot stays on the first lane");
+        assert_eq!(in_use(), 0);
     }
 
     #[tokio::test]
     async fn an_rpc_dropped_or_out_of_time_moves_the_lane_and_an_answer_keeps_it() {
         let dialer = PeerDialer::default();
-        let channels = (0..3).map(|_| dialer.channel("http://127.0.0.1:1").expect("channel")).collect();
-        let lanes = PeerLanes::new(channels);
-        let sent = || InFlight { lanes: &lanes, lane: lanes.client(None).0 };
+        let lanes = PeerLanes::new(lanes::channels(&dialer, "http://127.0.0.1:1").expect("channels"));
+        let sent = || InFlight { lanes: &lanes, lane: lanes.lanes.current() };
         sent().settle(&Ok::<(), tonic::Status>(()));
         sent().settle(&Err::<(), _>(tonic::Status::unavailable("connection refused")));
-        assert_eq!(lanes.client(None).0, 0, "answers and other errors keep the lane");
+        assert_eq!(lanes.lanes.current(), 0, "answers and other errors keep the lane");
         sent().settle(&Err::<(), _>(tonic::Status::cancelled("Timeout expired")));
-        assert_eq!(lanes.client(None).0, 1, "tonic's deadline moves it");
+        assert_eq!(lanes.lanes.current(), 1, "tonic's deadline moves it");
         drop(sent());
-        assert_eq!(lanes.client(None).0, 2, "openraft's timeout, which drops the RPC, moves it");
+        assert_eq!(lanes.lanes.current(), 2, "openraft's timeout, which drops the RPC, moves it");
     }
 }
