@@ -92,12 +92,7 @@ async fn diverged_members(
     let own_id = consensus.header().member_id;
     let local = {
         let store = store.clone();
-        tokio::task::spawn_blocking(move || {
-            let mut store = store.write();
-            store.commit()?;
-            kv_api::hash::hash_kv(&store, 0)
-        })
-        .await??
+        tokio::task::spawn_blocking(move || kv_api::hash::hash_kv_shared(&store, 0)).await??
     };
     let mut diverged = Vec::new();
     for member in consensus.members() {

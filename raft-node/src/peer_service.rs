@@ -83,13 +83,9 @@ impl raftpb::raft_peer_server::RaftPeer for PeerService {
     async fn hash_kv(&self, request: Request<raftpb::RaftMessage>) -> Result<Response<raftpb::RaftMessage>, Status> {
         let revision: i64 = decoded(&request.into_inner().payload)?;
         let store = self.leader.store.clone();
-        let hashed = tokio::task::spawn_blocking(move || {
-            let mut store = store.write();
-            store.commit()?;
-            kv_api::hash::hash_kv(&store, revision)
-        })
-        .await
-        .map_err(|e| Status::internal(format!("hash task failed: {e}")))?;
+        let hashed = tokio::task::spawn_blocking(move || kv_api::hash::hash_kv_shared(&store, revision))
+            .await
+            .map_err(|e| Status::internal(format!("hash task failed: {e}")))?;
         let answer: PeerHash =
             hashed.map(|h| (h.hash, h.current_revision, h.compact_revision)).map_err(|e| e.to_string());
         reply(&answer)

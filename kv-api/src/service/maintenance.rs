@@ -60,21 +60,15 @@ impl<C: Consensus> MaintenanceService<C> {
         Ok(())
     }
 
-    /// Runs `f` on the store with everything apply staged committed first, on a blocking thread (hashes
-    /// scan the whole backend). `f` runs under the store's write lock, so
-    /// apply waits meanwhile: the backend does not change under it.
-    async fn committed<T: Send + 'static>(
+    /// Runs `f` (a hash: it scans the whole backend) on a blocking thread with the shared store.
+    async fn on_store<T: Send + 'static>(
         &self,
-        f: impl FnOnce(&mut crate::MvccStore) -> Result<T> + Send + 'static,
+        f: impl FnOnce(&SharedStore) -> Result<T> + Send + 'static,
     ) -> Result<T> {
         let store = self.store.clone();
-        tokio::task::spawn_blocking(move || {
-            let mut store = store.write();
-            store.commit()?;
-            f(&mut store)
-        })
-        .await
-        .map_err(|e| Error::Internal(format!("store task failed: {e}")))?
+        tokio::task::spawn_blocking(move || f(&store))
+            .await
+            .map_err(|e| Error::Internal(format!("store task failed: {e}")))?
     }
 }
 
@@ -147,7 +141,7 @@ impl<C: Consensus> pb::maintenance_server::Maintenance for MaintenanceService<C>
 
     async fn hash(&self, request: Request<pb::HashRequest>) -> Result<Response<pb::HashResponse>, Status> {
         self.check_admin(request.metadata()).await?;
-        let (hash, revision) = self.committed(|store| hash::hash(store)).await?;
+        let (hash, revision) = self.on_store(hash::hash_shared).await?;
         let mut header = Some(pb::ResponseHeader { revision, ..Default::default() });
         fill_header(&*self.consensus, &self.store, &mut header);
         Ok(Response::new(pb::HashResponse { header, hash }))
@@ -156,7 +150,7 @@ impl<C: Consensus> pb::maintenance_server::Maintenance for MaintenanceService<C>
     async fn hash_kv(&self, request: Request<pb::HashKvRequest>) -> Result<Response<pb::HashKvResponse>, Status> {
         self.check_admin(request.metadata()).await?;
         let revision = request.into_inner().revision;
-        let kv = self.committed(move |store| hash::hash_kv(store, revision)).await?;
+        let kv = self.on_store(move |store| hash::hash_kv_shared(store, revision)).await?;
         let mut header = Some(pb::ResponseHeader { revision: kv.current_revision, ..Default::default() });
         fill_header(&*self.consensus, &self.store, &mut header);
         Ok(Response::new(pb::HashKvResponse {

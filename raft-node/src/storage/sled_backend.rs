@@ -142,10 +142,12 @@ impl SledBackend {
         *self.measured_at.lock() = None;
     }
 
-    /// The defragmentation once recording is on: copy, catch up, switch. Returns how long writes were
-    /// held back.
-    fn copy_and_switch(&self, old: &Generation, next: Generation) -> Result<Duration, sled::Error> {
+    /// The defragmentation once recording is on: copy, catch up, switch. Returns how long each phase
+    /// took.
+    fn copy_and_switch(&self, old: &Generation, next: Generation) -> Result<Phases, sled::Error> {
+        let started = Instant::now();
         generation::copy(&old.tree, &next.tree)?;
+        let copied = started.elapsed();
         for round in 1..=MAX_REPLAY_ROUNDS {
             let recorded = self.writes.lock().as_mut().map(std::mem::take).unwrap_or_default();
             let ops = generation::replay(&next.tree, recorded)?;
@@ -155,7 +157,9 @@ impl SledBackend {
             }
         }
         // Most of the copy reaches the disk now, so that the flush while writes wait is short.
+        let flushing = Instant::now();
         next.db.flush()?;
+        let flushed = flushing.elapsed();
         let mut recording = self.writes.lock();
         let held = Instant::now();
         generation::replay(&next.tree, recording.take().unwrap_or_default())?;
@@ -164,8 +168,16 @@ impl SledBackend {
         let old = std::mem::replace(&mut *self.current.write(), Arc::new(next));
         old.retire();
         drop(recording);
-        Ok(held.elapsed())
+        Ok(Phases { copied, flushed, held: held.elapsed() })
     }
+}
+
+/// How long a defragmentation's phases took: the copy, the flush of the copy, and the switch (the
+/// last replay, flush and `CURRENT`) during which writes were held back.
+struct Phases {
+    copied: Duration,
+    flushed: Duration,
+    held: Duration,
 }
 
 fn tagged(bucket: Bucket, key: &[u8]) -> Vec<u8> {
@@ -290,8 +302,8 @@ impl Backend for SledBackend {
         let outcome = self.copy_and_switch(&old, next);
         // Recording stops whatever happened (the switch already took it on success).
         *self.writes.lock() = None;
-        let held = match outcome {
-            Ok(held) => held,
+        let phases = match outcome {
+            Ok(phases) => phases,
             // The next generation stays on disk: `CURRENT` may already name it. The next open keeps the
             // one it names and removes the other.
             Err(err) => return Err(backend_error(err)),
@@ -301,7 +313,9 @@ impl Backend for SledBackend {
         info!(
             generation = number,
             elapsed_ms = started.elapsed().as_millis() as u64,
-            writes_held_ms = held.as_millis() as u64,
+            copy_ms = phases.copied.as_millis() as u64,
+            flush_ms = phases.flushed.as_millis() as u64,
+            writes_held_ms = phases.held.as_millis() as u64,
             "defragmented the store"
         );
         Ok(())
