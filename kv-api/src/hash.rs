@@ -4,7 +4,8 @@
 //! Both are CRC-32C (Castagnoli, as etcd) over the committed backend content; the caller commits what
 //! apply staged first. On a serving member ([`hash_kv_shared`], [`hash_shared`]) the store's lock is held
 //! only for that and for what the key index says; the scan of the key bucket runs without it (measured
-//! on 200k live keys of 1 KB: a `HashKV` takes about 1.9 s, and held every put for as long before). The values differ from etcd's (our backend encodes values differently), but two
+//! on 200k live keys of 1 KB, 370k revisions: a `HashKV` takes about 1.2 s, and held every put for its
+//! whole time before; etcd 3.4.23 takes 0.2 s over the same load and holds puts as long). The values differ from etcd's (our backend encodes values differently), but two
 //! of our members with the same history always agree.
 //!
 //! - [`hash_kv`] follows etcd's `HashByRev`: the key bucket's entries with a main revision up to `rev`,
@@ -224,32 +225,63 @@ fn committed_only(store: &MvccStore) -> Result<()> {
     Ok(())
 }
 
-/// CRC-32C, bit by bit over a 256-entry table (hashing is rare: no need for a faster one).
+/// CRC-32C, eight bytes a step over eight 256-entry tables ("slicing by 8"): a hash reads the whole
+/// store, and one byte a step over one table took half of a `HashKV`'s time.
 pub(crate) struct Crc32c {
-    table: [u32; 256],
+    tables: &'static [[u32; 256]; 8],
     crc: u32,
 }
 
-impl Default for Crc32c {
-    fn default() -> Self {
+/// `tables[0][b]` is the CRC of byte `b`; `tables[k][b]` that of `b` followed by `k` zero bytes.
+fn crc32c_tables() -> &'static [[u32; 256]; 8] {
+    static TABLES: std::sync::OnceLock<[[u32; 256]; 8]> = std::sync::OnceLock::new();
+    TABLES.get_or_init(|| {
         const POLY: u32 = 0x82F6_3B78; // Castagnoli, reflected.
-        let mut table = [0u32; 256];
-        for (i, slot) in table.iter_mut().enumerate() {
+        let mut tables = [[0u32; 256]; 8];
+        for i in 0..256 {
             let mut c = i as u32;
             for _ in 0..8 {
                 c = if c & 1 != 0 { (c >> 1) ^ POLY } else { c >> 1 };
             }
-            *slot = c;
+            tables[0][i] = c;
         }
-        Self { table, crc: !0 }
+        for k in 1..8 {
+            for i in 0..256 {
+                let previous = tables[k - 1][i];
+                tables[k][i] = (previous >> 8) ^ tables[0][(previous & 0xff) as usize];
+            }
+        }
+        tables
+    })
+}
+
+impl Default for Crc32c {
+    fn default() -> Self {
+        Self { tables: crc32c_tables(), crc: !0 }
     }
 }
 
 impl Crc32c {
     pub(crate) fn update(&mut self, bytes: &[u8]) {
-        for &b in bytes {
-            self.crc = self.table[((self.crc ^ b as u32) & 0xff) as usize] ^ (self.crc >> 8);
+        let t = self.tables;
+        let mut crc = self.crc;
+        let mut words = bytes.chunks_exact(8);
+        for word in &mut words {
+            let lo = crc ^ u32::from_le_bytes([word[0], word[1], word[2], word[3]]);
+            let hi = u32::from_le_bytes([word[4], word[5], word[6], word[7]]);
+            crc = t[7][(lo & 0xff) as usize]
+                ^ t[6][((lo >> 8) & 0xff) as usize]
+                ^ t[5][((lo >> 16) & 0xff) as usize]
+                ^ t[4][(lo >> 24) as usize]
+                ^ t[3][(hi & 0xff) as usize]
+                ^ t[2][((hi >> 8) & 0xff) as usize]
+                ^ t[1][((hi >> 16) & 0xff) as usize]
+                ^ t[0][(hi >> 24) as usize];
         }
+        for &b in words.remainder() {
+            crc = t[0][((crc ^ b as u32) & 0xff) as usize] ^ (crc >> 8);
+        }
+        self.crc = crc;
     }
 
     pub(crate) fn finish(&self) -> u32 {
@@ -272,6 +304,20 @@ mod tests {
         let mut crc = Crc32c::default();
         crc.update(b"123456789");
         assert_eq!(crc.finish(), 0xE306_9283);
+    }
+
+    /// Eight bytes a step give what one byte a step gives, whatever the lengths and the way the bytes
+    /// are split.
+    #[test]
+    fn crc32c_by_words_is_crc32c_by_bytes() {
+        let bytes: Vec<u8> = (0..1000u32).map(|i| (i.wrapping_mul(2_654_435_761) >> 13) as u8).collect();
+        let mut by_words = Crc32c::default();
+        let mut by_bytes = Crc32c::default();
+        for piece in [&bytes[..0], &bytes[..1], &bytes[1..8], &bytes[8..23], &bytes[23..512], &bytes[512..]] {
+            by_words.update(piece);
+            piece.iter().for_each(|b| by_bytes.update(std::slice::from_ref(b)));
+            assert_eq!(by_words.finish(), by_bytes.finish());
+        }
     }
 
     fn put(key: &str, value: &str) -> Command {
