@@ -360,10 +360,13 @@ impl Leader {
             // of them, or this member, whose log would then be longer, refuses it its vote (etcd's raft
             // also waits up to an election timeout for the transferee to catch up).
             let mut metrics = self.raft.metrics();
+            let gate_closed = Instant::now();
+            let mut drained_after = Duration::ZERO;
             let caught_up = async {
                 // Again if a write slipped in while the target caught up.
                 loop {
                     self.writes.drained().await;
+                    drained_after = gate_closed.elapsed();
                     metrics
                         .wait_for(|m| {
                             let matched = m.replication.as_ref().and_then(|r| r.get(&target).copied().flatten());
@@ -383,6 +386,8 @@ impl Leader {
             tokio::time::sleep(lease_left).await;
             info!(
                 target = format!("{target:x}"),
+                drained_ms = drained_after.as_millis() as u64,
+                caught_up_ms = gate_closed.elapsed().saturating_sub(lease_left).as_millis() as u64,
                 lease_waited_ms = lease_left.as_millis() as u64,
                 "asking the target to campaign"
             );
