@@ -238,12 +238,12 @@ fn crc32c_tables() -> &'static [[u32; 256]; 8] {
     TABLES.get_or_init(|| {
         const POLY: u32 = 0x82F6_3B78; // Castagnoli, reflected.
         let mut tables = [[0u32; 256]; 8];
-        for i in 0..256 {
-            let mut c = i as u32;
+        for (byte, slot) in tables[0].iter_mut().enumerate() {
+            let mut c = byte as u32;
             for _ in 0..8 {
                 c = if c & 1 != 0 { (c >> 1) ^ POLY } else { c >> 1 };
             }
-            tables[0][i] = c;
+            *slot = c;
         }
         for k in 1..8 {
             for i in 0..256 {
