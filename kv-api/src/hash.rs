@@ -5,8 +5,9 @@
 //! apply staged first. On a serving member ([`hash_kv_shared`], [`hash_shared`]) the store's lock is held
 //! only for that and for what the key index says; the scan of the key bucket runs without it (measured
 //! on 200k live keys of 1 KB, 370k revisions: a `HashKV` takes about 1.2 s, and held every put for its
-//! whole time before; etcd 3.4.23 takes 0.2 s over the same load and holds puts as long). The values differ from etcd's (our backend encodes values differently), but two
-//! of our members with the same history always agree.
+//! whole time before; etcd 3.4.23 takes 0.2 s over the same load and holds puts as long). The values
+//! differ from etcd's (our backend encodes values differently), but two of our members with the same
+//! history always agree.
 //!
 //! - [`hash_kv`] follows etcd's `HashByRev`: the key bucket's entries with a main revision up to `rev`,
 //!   except, below the compacted revision, those a compaction at `rev` would not keep. A member that
@@ -53,12 +54,14 @@ pub fn hash_kv(store: &MvccStore, rev: i64) -> Result<KvHash> {
 /// what the hash needs of the key index (see [`PreparedHashKv`]); the scan of the key bucket, most of
 /// the time (seconds for a million revisions), runs without it, so writes go on meanwhile. Blocking.
 pub fn hash_kv_shared(store: &SharedStore, rev: i64) -> Result<KvHash> {
-    let prepared = {
-        let mut store = store.write();
-        store.commit()?;
-        PreparedHashKv::prepare(&store, rev)?
-    };
-    prepared.run()
+    prepare_committed(store, |store| PreparedHashKv::prepare(store, rev))?.run()
+}
+
+/// Commits what apply staged and runs `prepare`, under the store's lock.
+fn prepare_committed<T>(store: &SharedStore, prepare: impl FnOnce(&MvccStore) -> Result<T>) -> Result<T> {
+    let mut store = store.write();
+    store.commit()?;
+    prepare(&store)
 }
 
 /// A `HashKV` taken at one moment of the store and run later without its lock. Revisions are never
@@ -66,7 +69,7 @@ pub fn hash_kv_shared(store: &SharedStore, rev: i64) -> Result<KvHash> {
 /// before; the compactor, which deletes, is paused until the scan ends; and what the key index says
 /// (which revisions a compaction keeps) is copied at the moment. A defragmentation switching the
 /// backend's files meanwhile leaves the scan on the ones it began with, which hold the same entries.
-pub struct PreparedHashKv {
+struct PreparedHashKv {
     backend: Arc<dyn Backend>,
     indexed: Indexed,
     /// What a compaction at the hashed revision would keep: each live key's newest revision.
@@ -79,7 +82,7 @@ pub struct PreparedHashKv {
 
 impl PreparedHashKv {
     /// Takes what the hash needs of `store`, whose staged writes must be committed.
-    pub fn prepare(store: &MvccStore, rev: i64) -> Result<Self> {
+    fn prepare(store: &MvccStore, rev: i64) -> Result<Self> {
         committed_only(store)?;
         let (current, compacted) = (store.current_revision(), store.compacted_revision());
         if rev > 0 && rev <= compacted {
@@ -103,7 +106,7 @@ impl PreparedHashKv {
     }
 
     /// Scans the key bucket (no lock of the store needed).
-    pub fn run(self) -> Result<KvHash> {
+    fn run(self) -> Result<KvHash> {
         let Self { backend, indexed, keep, current, compacted, rev, _paused } = self;
         let mut crc = Crc32c::default();
         crc.update(b"key");
@@ -133,12 +136,7 @@ pub fn hash(store: &MvccStore) -> Result<(u32, i64)> {
 /// buckets (leases and alarms change in place, so they are copied then) and what the key index says;
 /// the key bucket is scanned after. Blocking.
 pub fn hash_shared(store: &SharedStore) -> Result<(u32, i64)> {
-    let prepared = {
-        let mut store = store.write();
-        store.commit()?;
-        PreparedHash::prepare(&store)?
-    };
-    prepared.run()
+    prepare_committed(store, PreparedHash::prepare)?.run()
 }
 
 /// A `Hash` taken at one moment of the store and run later without its lock (see [`PreparedHashKv`]
