@@ -54,7 +54,16 @@ pub fn hash_kv(store: &MvccStore, rev: i64) -> Result<KvHash> {
 /// what the hash needs of the key index (see [`PreparedHashKv`]); the scan of the key bucket, most of
 /// the time (seconds for a million revisions), runs without it, so writes go on meanwhile. Blocking.
 pub fn hash_kv_shared(store: &SharedStore, rev: i64) -> Result<KvHash> {
-    prepare_committed(store, |store| PreparedHashKv::prepare(store, rev))?.run()
+    hash_kv_shared_then(store, rev, |_| ())
+}
+
+/// [`hash_kv_shared`], telling `fixed` the revision hashed (`rev`, or the current one for 0) once it is
+/// fixed and the store's lock released, before the scan: a corruption check asks its peers for their
+/// hashes at that revision while this member hashes its own.
+pub fn hash_kv_shared_then(store: &SharedStore, rev: i64, fixed: impl FnOnce(i64)) -> Result<KvHash> {
+    let prepared = prepare_committed(store, |store| PreparedHashKv::prepare(store, rev))?;
+    fixed(prepared.rev);
+    prepared.run()
 }
 
 /// Commits what apply staged and runs `prepare`, under the store's lock.

@@ -90,39 +90,54 @@ async fn diverged_members(
     dialer: &PeerDialer,
 ) -> anyhow::Result<Vec<u64>> {
     let own_id = consensus.header().member_id;
+    // This member's hash and every other's at once, at the revision this member's hash fixes first:
+    // each takes seconds for a million revisions, and the peers used to be asked one after the other
+    // once this member was done.
+    let (fixed_tx, fixed_rx) = tokio::sync::oneshot::channel();
     let local = {
         let store = store.clone();
-        tokio::task::spawn_blocking(move || kv_api::hash::hash_kv_shared(&store, 0)).await??
+        tokio::task::spawn_blocking(move || {
+            kv_api::hash::hash_kv_shared_then(&store, 0, |revision| {
+                let _ = fixed_tx.send(revision);
+            })
+        })
     };
+    let Ok(revision) = fixed_rx.await else {
+        // The local hash failed before it fixed a revision: its error is the answer.
+        local.await??;
+        anyhow::bail!("the local hash ended without a revision");
+    };
+    let peers = consensus.members().into_iter().filter(|member| member.id != own_id).filter_map(|member| {
+        let url = member.peer_ur_ls.first()?.clone();
+        Some(async move { (member.id, tokio::time::timeout(PEER_TIMEOUT, peer_hash(dialer, &url, revision)).await) })
+    });
+    let (local, peers) = tokio::join!(local, futures::future::join_all(peers));
+    let local = local??;
     let mut diverged = Vec::new();
-    for member in consensus.members() {
-        if member.id == own_id {
-            continue;
-        }
-        let Some(url) = member.peer_ur_ls.first() else { continue };
-        let peer = match tokio::time::timeout(PEER_TIMEOUT, peer_hash(dialer, url, local.current_revision)).await {
+    for (member_id, answer) in peers {
+        let peer = match answer {
             Ok(Ok(peer)) => peer,
             Ok(Err(err)) => {
-                warn!(member_id = format!("{:x}", member.id), %err, "cannot fetch a member's hash");
+                warn!(member_id = format!("{member_id:x}"), %err, "cannot fetch a member's hash");
                 continue;
             }
             Err(_) => {
-                warn!(member_id = format!("{:x}", member.id), "a member's hash did not come in time");
+                warn!(member_id = format!("{member_id:x}"), "a member's hash did not come in time");
                 continue;
             }
         };
         if peer.compact_revision == local.compact_revision && peer.hash != local.hash {
             error!(
-                member_id = format!("{:x}", member.id),
+                member_id = format!("{member_id:x}"),
                 revision = local.current_revision,
                 compact_revision = local.compact_revision,
                 local_hash = local.hash,
                 member_hash = peer.hash,
                 "found data inconsistency with a member"
             );
-            diverged.push(member.id);
+            diverged.push(member_id);
         } else {
-            debug!(member_id = format!("{:x}", member.id), hash = peer.hash, "member hash matches");
+            debug!(member_id = format!("{member_id:x}"), hash = peer.hash, "member hash matches");
         }
     }
     Ok(diverged)
