@@ -13,6 +13,9 @@ use crate::leader_wire::{unix_ms, Forwarded, LeaderReply};
 use crate::storage::{decode, encode};
 use crate::typ::{SnapshotMeta, Vote};
 
+/// How long a `HashKv` asked at a revision this member has not applied yet waits for it.
+const FUTURE_REVISION_WAIT: std::time::Duration = std::time::Duration::from_secs(1);
+
 /// A member's answer to [`raftpb::raft_peer_server::RaftPeer::hash_kv`]: hash, current revision and
 /// compacted revision, or why it could not hash.
 pub type PeerHash = Result<(u32, i64, i64), String>;
@@ -83,6 +86,12 @@ impl raftpb::raft_peer_server::RaftPeer for PeerService {
     async fn hash_kv(&self, request: Request<raftpb::RaftMessage>) -> Result<Response<raftpb::RaftMessage>, Status> {
         let revision: i64 = decoded(&request.into_inner().payload)?;
         let store = self.leader.store.clone();
+        // The asking member fixed `revision` on its own store and asks at once: this one may not have
+        // applied that far yet ("future revision", and the check would skip this member).
+        let waited = tokio::time::Instant::now();
+        while store.read().current_revision() < revision && waited.elapsed() < FUTURE_REVISION_WAIT {
+            tokio::time::sleep(std::time::Duration::from_millis(5)).await;
+        }
         let hashed = tokio::task::spawn_blocking(move || kv_api::hash::hash_kv_shared(&store, revision))
             .await
             .map_err(|e| Status::internal(format!("hash task failed: {e}")))?;
