@@ -4,9 +4,9 @@
 //! Each peer gets [`lanes::LANES`] connections ([`Lanes`]) and requests take one at a time. A lost TCP
 //! segment holds up everything after it on its connection while Linux retransmits it (200 ms at least,
 //! doubling each time the copy is lost too): with 20 % loss on peer links, writes forwarded behind one
-//! waited out their client's two seconds. So when a request sent on the current connection has waited [`STALLED`] with
-//! no answer coming back on it since, new requests take the next connection; the waiting ones wait on
-//! (a forwarded write is never sent twice).
+//! waited out their client's two seconds. So when a request sent on the current connection has waited
+//! [`STALLED`] with no answer coming back on it since, new requests take the next connection; the
+//! waiting ones wait on (a forwarded write is never sent twice).
 
 use std::collections::HashMap;
 use std::sync::atomic::AtomicU64;

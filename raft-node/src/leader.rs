@@ -382,12 +382,13 @@ impl Leader {
                 .await
                 .map_err(|_| Error::BadLeaderTransferee)?
                 .map_err(|_| Error::Stopped)?;
+            let caught_up_after = gate_closed.elapsed();
             let lease_left = self.lease_left(&membership, target).await;
             tokio::time::sleep(lease_left).await;
             info!(
                 target = format!("{target:x}"),
                 drained_ms = drained_after.as_millis() as u64,
-                caught_up_ms = gate_closed.elapsed().saturating_sub(lease_left).as_millis() as u64,
+                caught_up_ms = caught_up_after.as_millis() as u64,
                 lease_waited_ms = lease_left.as_millis() as u64,
                 "asking the target to campaign"
             );
