@@ -1,9 +1,10 @@
 //! The in-memory index of every key: key bytes → [`KeyIndex`], ordered by key for range scans.
 
-use std::collections::{btree_map, BTreeMap, HashSet};
+use std::collections::HashSet;
 use std::ops::Bound;
 
 use crate::key_index::{KeyAt, KeyIndex};
+use crate::key_map::KeyMap;
 use crate::revision::Revision;
 
 /// A key range as etcd requests give it: `end` empty means the single key `start`, `end == [0]` means every
@@ -23,13 +24,16 @@ impl<'a> KeyRange<'a> {
         self.end.is_empty()
     }
 
-    fn bounds(&self) -> (Bound<&'a [u8]>, Bound<&'a [u8]>) {
-        let upper = match self.end {
+    fn start(&self) -> Bound<&'a [u8]> {
+        Bound::Included(self.start)
+    }
+
+    fn upper(&self) -> Bound<&'a [u8]> {
+        match self.end {
             [] => Bound::Included(self.start),
             [0] => Bound::Unbounded,
             end => Bound::Excluded(end),
-        };
-        (Bound::Included(self.start), upper)
+        }
     }
 
     /// Whether `key` falls in the range.
@@ -50,7 +54,7 @@ impl<'a> KeyRange<'a> {
 /// Every key's history, in key order.
 #[derive(Debug, Default)]
 pub struct TreeIndex {
-    keys: BTreeMap<Vec<u8>, KeyIndex>,
+    keys: KeyMap<KeyIndex>,
     /// What the index holds, kept as it changes (see [`TreeIndex::size`]).
     size: IndexSize,
 }
@@ -64,37 +68,38 @@ pub struct IndexSize {
 }
 
 impl IndexSize {
-    /// About what this takes in memory: each key's bytes and its entry in the tree (the key's and its
-    /// history's headers, its first generation, the tree's node room), and 16 bytes per revision.
+    /// About what this takes in memory: each key's bytes, its entry in the map (56 bytes holding the key's
+    /// header and a one-revision history, and the chunk's spare room), 16 bytes per revision. Keys with
+    /// more than one revision also hold a vector of generations (48 bytes each), not counted.
     pub fn estimated_bytes(&self) -> u64 {
-        const PER_KEY: u64 = 112;
+        const PER_KEY: u64 = 48;
         const PER_REVISION: u64 = std::mem::size_of::<Revision>() as u64;
         self.keys * PER_KEY + self.key_bytes + self.revisions * PER_REVISION
     }
 }
 
 impl TreeIndex {
-    /// The entry of `key`, made (and counted) when new.
-    fn entry(&mut self, key: &[u8]) -> &mut KeyIndex {
-        // One lookup: copying a key is cheaper than looking it up twice.
-        match self.keys.entry(key.to_vec()) {
-            btree_map::Entry::Occupied(entry) => entry.into_mut(),
-            btree_map::Entry::Vacant(entry) => {
-                self.size.keys += 1;
-                self.size.key_bytes += key.len() as u64;
-                entry.insert(KeyIndex::default())
-            }
-        }
+    /// Inserts a key the index does not hold, and counts it in.
+    fn insert_new(&mut self, key: &[u8], ki: KeyIndex) {
+        self.keys.insert(key, ki);
+        self.size.keys += 1;
+        self.size.key_bytes += key.len() as u64;
     }
 
     pub fn put(&mut self, key: &[u8], rev: Revision) {
-        self.entry(key).put(rev);
+        match self.keys.get_mut(key) {
+            Some(ki) => ki.put(rev),
+            None => self.insert_new(key, KeyIndex::one(rev, rev, 1)),
+        }
         self.size.revisions += 1;
     }
 
     pub fn restore(&mut self, key: &[u8], created: Revision, rev: Revision, version: i64) {
         // A member's start restores every stored revision (most keys have one once compacted).
-        self.entry(key).restore(created, rev, version);
+        match self.keys.get_mut(key) {
+            Some(ki) => ki.restore(created, rev, version),
+            None => self.insert_new(key, KeyIndex::one(created, rev, version)),
+        }
         self.size.revisions += 1;
     }
 
@@ -130,14 +135,14 @@ impl TreeIndex {
 
     /// Keys of `range` alive at `at`, in key order, each with where it stood then.
     pub fn range(&self, range: KeyRange<'_>, at: i64) -> impl Iterator<Item = (&[u8], KeyAt)> + '_ {
-        let iter = if range.is_void() { None } else { Some(self.keys.range::<[u8], _>(range.bounds())) };
-        iter.into_iter().flatten().filter_map(move |(key, ki)| ki.get(at).map(|found| (key.as_slice(), found)))
+        let iter = if range.is_void() { None } else { Some(self.keys.range(range.start(), range.upper())) };
+        iter.into_iter().flatten().filter_map(move |(key, ki)| ki.get(at).map(|found| (key, found)))
     }
 
     /// Keys of `range` with their whole index, dead or alive; for watchers replaying history.
     pub fn range_indexes(&self, range: KeyRange<'_>) -> impl Iterator<Item = (&[u8], &KeyIndex)> + '_ {
-        let iter = if range.is_void() { None } else { Some(self.keys.range::<[u8], _>(range.bounds())) };
-        iter.into_iter().flatten().map(|(key, ki)| (key.as_slice(), ki))
+        let iter = if range.is_void() { None } else { Some(self.keys.range(range.start(), range.upper())) };
+        iter.into_iter().flatten()
     }
 
     /// Compacts every key at `at`; returns the revisions no longer needed, in key order (the compactor
@@ -164,13 +169,13 @@ impl TreeIndex {
         let mut emptied = Vec::new();
         let mut next = None;
         let freed_before = freed.len();
-        for (n, (key, ki)) in self.keys.range_mut::<[u8], _>((Bound::Included(from), Bound::Unbounded)).enumerate() {
+        for (n, (key, ki)) in self.keys.iter_mut_from(from).enumerate() {
             if n == budget {
-                next = Some(key.clone());
+                next = Some(key.to_vec());
                 break;
             }
             if ki.compact(at, freed) {
-                emptied.push(key.clone());
+                emptied.push(key.to_vec());
             }
         }
         let emptied_bytes = emptied.iter().map(|key| key.len() as u64).sum();
@@ -239,7 +244,7 @@ mod tests {
     fn recount(index: &TreeIndex) -> IndexSize {
         IndexSize {
             keys: index.keys.len() as u64,
-            key_bytes: index.keys.keys().map(|k| k.len() as u64).sum(),
+            key_bytes: index.keys.iter().map(|(k, _)| k.len() as u64).sum(),
             revisions: index.keys.values().map(|ki| ki.revisions_after(0).len() as u64).sum(),
         }
     }
@@ -266,7 +271,7 @@ mod tests {
         index.put(b"dd", rev(9));
         assert_eq!(index.compact(9).len(), 0);
         assert_eq!(index.size(), recount(&index));
-        assert!(index.size().estimated_bytes() > 2 * 112);
+        assert!(index.size().estimated_bytes() > 2 * 48);
         index.clear();
         assert_eq!(index.size(), IndexSize::default());
     }

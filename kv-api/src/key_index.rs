@@ -30,6 +30,8 @@
 //!
 //! When every generation is gone and the current one is empty, the key leaves the index.
 
+use std::num::NonZeroI64;
+
 use crate::revision::Revision;
 
 /// One life of a key.
@@ -89,51 +91,97 @@ pub struct KeyAt {
 
 /// Generations of one key; see the module documentation.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct KeyIndex {
-    generations: Vec<Generation>,
+pub struct KeyIndex(Repr);
+
+/// How a key's history is held. Most keys have one revision in one life (every key after its first
+/// put, and nearly every key once compacted): those sit in the index's own entry, 40 bytes with no
+/// allocation of their own. Any other history is a vector of generations. A history is always held in
+/// the first form when it fits it, so equal histories compare equal.
+#[derive(Clone, Debug, PartialEq, Eq)]
+enum Repr {
+    /// One life, alive, with one revision.
+    One { created: Revision, modified: Revision, version: NonZeroI64 },
+    /// Generations, oldest first; the last is the current life, empty while the key is deleted.
+    Generations(Vec<Generation>),
 }
 
 impl Default for KeyIndex {
+    /// A key with no revision yet (its current life not started).
     fn default() -> Self {
-        Self { generations: vec![Generation::default()] }
+        Self(Repr::Generations(vec![Generation::default()]))
     }
 }
 
 impl KeyIndex {
-    fn current(&mut self) -> &mut Generation {
-        self.generations.last_mut().expect("a key index always has a current generation")
+    /// A key whose only revision is `modified`, in the life `created` started, at `version`.
+    pub fn one(created: Revision, modified: Revision, version: i64) -> Self {
+        Self::from_generations(vec![Generation { created, version, revs: vec![modified] }])
+    }
+
+    /// Holds `generations` in the smallest form that fits them.
+    fn from_generations(mut generations: Vec<Generation>) -> Self {
+        if let [Generation { created, version, revs }] = generations.as_slice() {
+            if let ([modified], Some(version)) = (revs.as_slice(), NonZeroI64::new(*version)) {
+                return Self(Repr::One { created: *created, modified: *modified, version });
+            }
+        }
+        shrink_small(&mut generations);
+        Self(Repr::Generations(generations))
+    }
+
+    /// Changes the history through its generations, then holds it in the smallest form again.
+    fn change<T>(&mut self, change: impl FnOnce(&mut Vec<Generation>) -> T) -> T {
+        let mut generations = match std::mem::replace(&mut self.0, Repr::Generations(Vec::new())) {
+            Repr::One { created, modified, version } => {
+                // Room for the revision that usually comes next.
+                let mut revs = Vec::with_capacity(2);
+                revs.push(modified);
+                vec![Generation { created, version: version.get(), revs }]
+            }
+            Repr::Generations(generations) => generations,
+        };
+        let out = change(&mut generations);
+        *self = Self::from_generations(generations);
+        out
+    }
+
+    /// The generations, as a slice; `None` when the key is held as one revision.
+    fn generations(&self) -> Option<&[Generation]> {
+        match &self.0 {
+            Repr::One { .. } => None,
+            Repr::Generations(generations) => Some(generations),
+        }
     }
 
     /// True while the key's current life has started and not ended.
     pub fn is_alive(&self) -> bool {
-        self.generations.last().is_some_and(|g| !g.is_empty())
+        self.generations().is_none_or(|generations| generations.last().is_some_and(|g| !g.is_empty()))
     }
 
     /// The newest revision of the key, tombstones included.
     pub fn modified(&self) -> Option<Revision> {
-        self.generations.iter().rev().find_map(|g| g.revs.last().copied())
+        match &self.0 {
+            Repr::One { modified, .. } => Some(*modified),
+            Repr::Generations(generations) => generations.iter().rev().find_map(|g| g.revs.last().copied()),
+        }
     }
 
     /// Records a put at `rev`.
     pub fn put(&mut self, rev: Revision) {
-        let current = self.current();
-        if current.is_empty() {
-            current.created = rev;
-            current.version = 0;
-        }
-        push_small(&mut current.revs, rev);
-        current.version += 1;
+        self.change(|generations| current(generations).put(rev));
     }
 
     /// Restores a key found in the backend at `rev`, whose stored value says it was created at `created`
     /// with `version`; used to rebuild the index on startup.
     pub fn restore(&mut self, created: Revision, rev: Revision, version: i64) {
-        let current = self.current();
-        if current.is_empty() {
-            current.created = created;
-        }
-        push_small(&mut current.revs, rev);
-        current.version = version;
+        self.change(|generations| {
+            let current = current(generations);
+            if current.is_empty() {
+                current.created = created;
+            }
+            push_small(&mut current.revs, rev);
+            current.version = version;
+        });
     }
 
     /// Records a delete at `rev`, ending the current life. Returns false (and changes nothing) when the key
@@ -142,8 +190,10 @@ impl KeyIndex {
         if !self.is_alive() {
             return false;
         }
-        self.put(rev);
-        push_small(&mut self.generations, Generation::default());
+        self.change(|generations| {
+            current(generations).put(rev);
+            push_small(generations, Generation::default());
+        });
         true
     }
 
@@ -156,8 +206,18 @@ impl KeyIndex {
 
     /// The key as a read at main revision `at` sees it, or `None` when it did not exist then.
     pub fn get(&self, at: i64) -> Option<KeyAt> {
-        let last = self.generations.len() - 1;
-        for (i, generation) in self.generations.iter().enumerate().rev() {
+        let generations = match &self.0 {
+            Repr::One { created, modified, version } => {
+                return (modified.main <= at).then_some(KeyAt {
+                    modified: *modified,
+                    created: *created,
+                    version: version.get(),
+                });
+            }
+            Repr::Generations(generations) => generations,
+        };
+        let last = generations.len() - 1;
+        for (i, generation) in generations.iter().enumerate().rev() {
             let Some(first) = generation.revs.first() else { continue };
             if first.main > at {
                 continue;
@@ -182,62 +242,73 @@ impl KeyIndex {
     /// key has no revision left and can leave the index.
     pub fn compact(&mut self, at: i64, freed: &mut Vec<Revision>) -> bool {
         // Every key of the index comes through here (in steps, under the store's lock): keys with
-        // nothing at or before `at` (generations are in revision order) are left untouched, the others
-        // changed in place.
-        if self.generations[0].revs.first().is_some_and(|first| first.main > at) {
-            return false;
+        // nothing at or before `at` (generations are in revision order), and keys held as one
+        // revision (a read at `at` needs it, or it came after), are left untouched.
+        match self.generations() {
+            None => return false,
+            Some(generations) if generations[0].revs.first().is_some_and(|first| first.main > at) => return false,
+            Some(_) => {}
         }
-        let last = self.generations.len() - 1;
-        let mut i = 0;
-        self.generations.retain_mut(|generation| {
-            let closed = i != last;
-            i += 1;
-            match generation.newest_at(at) {
-                Some(n) if closed && n == generation.revs.len() - 1 => {
-                    // The whole life, tombstone included, is at or before `at`.
-                    freed.extend_from_slice(&generation.revs);
-                    false
+        self.change(|generations| {
+            let last = generations.len() - 1;
+            let mut i = 0;
+            generations.retain_mut(|generation| {
+                let closed = i != last;
+                i += 1;
+                match generation.newest_at(at) {
+                    Some(n) if closed && n == generation.revs.len() - 1 => {
+                        // The whole life, tombstone included, is at or before `at`.
+                        freed.extend_from_slice(&generation.revs);
+                        false
+                    }
+                    Some(n) if n > 0 => {
+                        freed.extend(generation.revs.drain(..n));
+                        shrink_small(&mut generation.revs);
+                        true
+                    }
+                    _ => true,
                 }
-                Some(n) if n > 0 => {
-                    freed.extend(generation.revs.drain(..n));
-                    shrink_small(&mut generation.revs);
-                    true
-                }
-                _ => true,
+            });
+            if generations.is_empty() {
+                generations.push(Generation::default());
             }
-        });
-        if self.generations.is_empty() {
-            self.generations.push(Generation::default());
-        }
-        shrink_small(&mut self.generations);
-        self.generations.len() == 1 && self.generations[0].is_empty()
+            generations.len() == 1 && generations[0].is_empty()
+        })
     }
 
     /// What [`KeyIndex::revisions_upto`] gives once compacted at `at`, without compacting: the newest
     /// revision `<= at` of each life that did not end by `at`.
     pub fn revisions_kept_at(&self, at: i64) -> impl Iterator<Item = Revision> + '_ {
-        let last = self.generations.len() - 1;
-        self.generations.iter().enumerate().filter_map(move |(i, generation)| {
+        let (one, generations) = match &self.0 {
+            Repr::One { modified, .. } => ((modified.main <= at).then_some(*modified), &[][..]),
+            Repr::Generations(generations) => (None, generations.as_slice()),
+        };
+        let last = generations.len().saturating_sub(1);
+        one.into_iter().chain(generations.iter().enumerate().filter_map(move |(i, generation)| {
             let n = generation.newest_at(at)?;
             let ended = i != last && n == generation.revs.len() - 1;
             (!ended).then_some(generation.revs[n])
-        })
+        }))
     }
 
     /// Revisions of this key with `main <= at` (after a compaction at `at`, at most one per life).
     #[cfg(test)]
-    pub fn revisions_upto(&self, at: i64) -> impl Iterator<Item = Revision> + '_ {
-        self.generations
-            .iter()
-            .flat_map(move |g| g.revs[..g.revs.partition_point(|rev| rev.main <= at)].iter().copied())
+    pub fn revisions_upto(&self, at: i64) -> Vec<Revision> {
+        self.revisions_after(i64::MIN).into_iter().map(|(rev, _)| rev).filter(|rev| rev.main <= at).collect()
     }
 
     /// Revisions of this key with `main > after`, oldest first, each with whether it is a tombstone; for
     /// watchers catching up from history.
     pub fn revisions_after(&self, after: i64) -> Vec<(Revision, bool)> {
-        let last = self.generations.len() - 1;
+        let generations = match &self.0 {
+            Repr::One { modified, .. } => {
+                return if modified.main > after { vec![(*modified, false)] } else { Vec::new() }
+            }
+            Repr::Generations(generations) => generations,
+        };
+        let last = generations.len() - 1;
         let mut out = Vec::new();
-        for (i, generation) in self.generations.iter().enumerate() {
+        for (i, generation) in generations.iter().enumerate() {
             let start = generation.revs.partition_point(|rev| rev.main <= after);
             for (j, rev) in generation.revs.iter().enumerate().skip(start) {
                 let tombstone = i != last && j == generation.revs.len() - 1;
@@ -245,6 +316,27 @@ impl KeyIndex {
             }
         }
         out
+    }
+}
+
+/// The current life: the last generation.
+fn current(generations: &mut Vec<Generation>) -> &mut Generation {
+    if generations.is_empty() {
+        generations.push(Generation::default());
+    }
+    let last = generations.len() - 1;
+    &mut generations[last]
+}
+
+impl Generation {
+    /// Records a change at `rev` in this life, starting it when it had not started.
+    fn put(&mut self, rev: Revision) {
+        if self.is_empty() {
+            self.created = rev;
+            self.version = 0;
+        }
+        push_small(&mut self.revs, rev);
+        self.version += 1;
     }
 }
 
@@ -271,25 +363,49 @@ mod tests {
         Some(KeyAt { modified: rev(modified), created: rev(created), version })
     }
 
+    /// The room a key's vectors have: `None` when it is held as one revision, in no vector.
+    fn room(ki: &KeyIndex) -> Option<(usize, Vec<usize>)> {
+        match &ki.0 {
+            Repr::One { .. } => None,
+            Repr::Generations(generations) => {
+                Some((generations.capacity(), generations.iter().map(|g| g.revs.capacity()).collect()))
+            }
+        }
+    }
+
     #[test]
     fn small_keys_take_only_the_room_their_revisions_need() {
         let mut ki = KeyIndex::default();
         ki.put(rev(2));
+        assert_eq!(room(&ki), None, "one revision sits in the entry itself");
+        assert_eq!(ki, KeyIndex::one(rev(2), rev(2), 1));
         ki.put(rev(3));
-        assert_eq!((ki.generations.capacity(), ki.generations[0].revs.capacity()), (1, 2));
+        assert_eq!(room(&ki), Some((1, vec![2])));
         assert!(ki.tombstone(rev(4)));
         ki.put(rev(5));
-        assert_eq!(ki.generations.capacity(), 2);
+        assert_eq!(room(&ki), Some((2, vec![3, 1])));
         // Past four revisions, the vector doubles as usual.
         for main in 6..=9 {
             ki.put(rev(main));
         }
-        assert_eq!(ki.generations[1].revs.capacity(), 8);
+        assert_eq!(room(&ki).map(|(_, revs)| revs[1]), Some(8));
         let mut freed = Vec::new();
+        assert!(!ki.compact(8, &mut freed));
+        assert_eq!(freed.len(), 6);
+        assert_eq!(room(&ki), Some((1, vec![2])));
         assert!(!ki.compact(9, &mut freed));
         assert_eq!(freed.len(), 7);
-        assert_eq!((ki.generations.capacity(), ki.generations[0].revs.capacity()), (1, 1));
+        assert_eq!(room(&ki), None, "compacted to one revision, the key is back in its entry");
         assert_eq!(ki.get(9), at(9, 5, 5));
+        assert_eq!(ki.get(8), None, "compacted away");
+        assert_eq!(ki.revisions_after(0), [(rev(9), false)]);
+        assert_eq!(ki.revisions_kept_at(9).collect::<Vec<_>>(), [rev(9)]);
+        assert_eq!(ki.revisions_kept_at(8).count(), 0);
+        // A delete of a key held in its entry ends its life as one in vectors does.
+        assert!(ki.tombstone(rev(10)));
+        assert!(!ki.is_alive());
+        assert_eq!((ki.get(9), ki.get(10)), (at(9, 5, 5), None));
+        assert!(ki.compact(10, &mut freed), "a life ended by 10 leaves nothing once compacted at 10");
     }
 
     #[test]

@@ -8,6 +8,7 @@
 //! - [`revision`]: `(main, sub)` revisions and their byte encoding.
 //! - [`key_index`]: one key's history as generations (with a worked example of compaction).
 //! - [`index`]: the in-memory index of every key, and etcd's key-range forms.
+//! - `key_map`: the index's ordered map, packed in sorted chunks (half a `BTreeMap`'s memory a key).
 //! - [`backend`]: the [`Backend`] storage seam, and [`MemBackend`] for tests.
 //! - [`compactor`]: the store's thread deleting what compactions freed, in batches, in the background.
 //! - [`store`]: the MVCC store: reads at any revision, history and commit; apply of writes (`write`);
@@ -38,6 +39,7 @@ pub mod error;
 pub mod hash;
 pub mod index;
 pub mod key_index;
+mod key_map;
 pub mod lease;
 pub mod range;
 pub mod revision;
