@@ -79,27 +79,36 @@ impl IndexSize {
 }
 
 impl TreeIndex {
-    /// Inserts a key the index does not hold, and counts it in.
-    fn insert_new(&mut self, key: &[u8], ki: KeyIndex) {
-        self.keys.insert(key, ki);
-        self.size.keys += 1;
-        self.size.key_bytes += key.len() as u64;
+    /// Counts `key` in when `new`.
+    fn count_new(&mut self, key: &[u8], new: bool) {
+        if new {
+            self.size.keys += 1;
+            self.size.key_bytes += key.len() as u64;
+        }
     }
 
     pub fn put(&mut self, key: &[u8], rev: Revision) {
-        match self.keys.get_mut(key) {
-            Some(ki) => ki.put(rev),
-            None => self.insert_new(key, KeyIndex::one(rev, rev, 1)),
-        }
+        let new = self.keys.upsert(key, |present| match present {
+            Some(ki) => {
+                ki.put(rev);
+                None
+            }
+            None => Some(KeyIndex::one(rev, rev, 1)),
+        });
+        self.count_new(key, new);
         self.size.revisions += 1;
     }
 
     pub fn restore(&mut self, key: &[u8], created: Revision, rev: Revision, version: i64) {
         // A member's start restores every stored revision (most keys have one once compacted).
-        match self.keys.get_mut(key) {
-            Some(ki) => ki.restore(created, rev, version),
-            None => self.insert_new(key, KeyIndex::one(created, rev, version)),
-        }
+        let new = self.keys.upsert(key, |present| match present {
+            Some(ki) => {
+                ki.restore(created, rev, version);
+                None
+            }
+            None => Some(KeyIndex::one(created, rev, version)),
+        });
+        self.count_new(key, new);
         self.size.revisions += 1;
     }
 

@@ -116,25 +116,62 @@ impl<V> KeyMap<V> {
     }
 
     /// Inserts `value` under `key`; returns the value it replaced, if any.
+    #[cfg(test)]
     pub fn insert(&mut self, key: &[u8], value: V) -> Option<V> {
+        let mut old = None;
+        self.upsert(key, |existing| match existing {
+            Some(present) => {
+                old = Some(std::mem::replace(present, value));
+                None
+            }
+            None => Some(value),
+        });
+        old
+    }
+
+    /// One lookup for both cases: `change` gets the value of `key` when present (and returns `None`),
+    /// or `None` when absent, and then returns the value to insert (`None`: insert nothing). True when
+    /// a value was inserted.
+    pub fn upsert(&mut self, key: &[u8], change: impl FnOnce(Option<&mut V>) -> Option<V>) -> bool {
+        // Keys arriving in order (bulk loads, every member's start) go past the last one: no search.
+        if self.chunks.last_key_value().is_some_and(|(_, chunk)| *chunk[chunk.len() - 1].0 < *key) {
+            let Some(value) = change(None) else { return false };
+            self.len += 1;
+            if let Some(mut last) = self.chunks.last_entry() {
+                let chunk = last.get_mut();
+                if chunk.len() < CHUNK {
+                    make_room(chunk);
+                    chunk.push((key.into(), value));
+                    return true;
+                }
+            }
+            self.chunks.insert(key.into(), vec![(key.into(), value)]);
+            return true;
+        }
         let Some((_, chunk)) = self.chunks.range_mut::<[u8], _>(upto(key)).next_back() else {
+            let Some(value) = change(None) else { return false };
             self.insert_first(key, value);
-            return None;
+            return true;
         };
         let i = match find(chunk, key) {
-            Ok(i) => return Some(std::mem::replace(&mut chunk[i].1, value)),
+            Ok(i) => {
+                let inserted = change(Some(&mut chunk[i].1));
+                debug_assert!(inserted.is_none(), "a present key's value is changed in place");
+                return false;
+            }
             Err(i) => i,
         };
+        let Some(value) = change(None) else { return false };
         self.len += 1;
         if chunk.len() < CHUNK {
             make_room(chunk);
             chunk.insert(i, (key.into(), value));
-            return None;
+            return true;
         }
         if i == chunk.len() {
             // Past the last key of a full chunk: the next chunk's separator is above the key.
             self.chunks.insert(key.into(), vec![(key.into(), value)]);
-            return None;
+            return true;
         }
         let half = chunk.len() / 2;
         let mut right = chunk.split_off(half);
@@ -148,7 +185,7 @@ impl<V> KeyMap<V> {
             right.insert(i - half, (key.into(), value));
         }
         self.chunks.insert(right[0].0.clone(), right);
-        None
+        true
     }
 
     /// Inserts a key below every separator (the map's new first key, or its very first).
