@@ -24,7 +24,7 @@ impl<'a> KeyRange<'a> {
         self.end.is_empty()
     }
 
-    fn start(&self) -> Bound<&'a [u8]> {
+    fn lower(&self) -> Bound<&'a [u8]> {
         Bound::Included(self.start)
     }
 
@@ -144,13 +144,13 @@ impl TreeIndex {
 
     /// Keys of `range` alive at `at`, in key order, each with where it stood then.
     pub fn range(&self, range: KeyRange<'_>, at: i64) -> impl Iterator<Item = (&[u8], KeyAt)> + '_ {
-        let iter = if range.is_void() { None } else { Some(self.keys.range(range.start(), range.upper())) };
+        let iter = if range.is_void() { None } else { Some(self.keys.range(range.lower(), range.upper())) };
         iter.into_iter().flatten().filter_map(move |(key, ki)| ki.get(at).map(|found| (key, found)))
     }
 
     /// Keys of `range` with their whole index, dead or alive; for watchers replaying history.
     pub fn range_indexes(&self, range: KeyRange<'_>) -> impl Iterator<Item = (&[u8], &KeyIndex)> + '_ {
-        let iter = if range.is_void() { None } else { Some(self.keys.range(range.start(), range.upper())) };
+        let iter = if range.is_void() { None } else { Some(self.keys.range(range.lower(), range.upper())) };
         iter.into_iter().flatten()
     }
 
