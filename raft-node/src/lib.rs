@@ -12,6 +12,7 @@
 //! - [`snapshot_policy`]: when a member builds a snapshot (etcd's count, and the log's growth against the store).
 //! - [`dial`]: how this member dials its peers (own peer IP, TLS for `https://`).
 //! - [`connectivity`]: since when each peer has answered without a break (for `--strict-reconfig-check`).
+//! - [`early_append`]: the leader's new entries sent to followers while it flushes them itself.
 //! - [`network`]: outbound Raft RPC to peers (tonic, `raftpb`).
 //! - [`peer_service`]: inbound Raft RPC from peers.
 //! - [`probe`]: timing round trips to every peer, as etcd's prober.
@@ -52,6 +53,7 @@ pub mod consensus;
 pub mod corrupt_check;
 pub mod date;
 pub mod dial;
+pub mod early_append;
 pub mod election;
 pub mod exposition;
 pub mod forward;

@@ -35,6 +35,10 @@ pub struct Metrics {
     /// Log entries a follower already held, so that the leader's append sent only their last id (see
     /// `network::PeerClient::append_entries`).
     pub append_entries_skipped: AtomicU64,
+    /// Appends sent to followers while the leader flushed them (`early_append`), and openraft's appends
+    /// answered by one of them instead of being sent again.
+    pub early_appends: AtomicU64,
+    pub early_answers: AtomicU64,
     /// RPCs to a peer moved to its other connection after one ran out of time (`network`).
     pub peer_lane_switches: AtomicU64,
     pub health_success: AtomicU64,
@@ -65,6 +69,8 @@ pub fn metrics() -> &'static Metrics {
         forwarded_writes: AtomicU64::new(0),
         forward_messages: AtomicU64::new(0),
         append_entries_skipped: AtomicU64::new(0),
+        early_appends: AtomicU64::new(0),
+        early_answers: AtomicU64::new(0),
         peer_lane_switches: AtomicU64::new(0),
         health_success: AtomicU64::new(0),
         health_failures: AtomicU64::new(0),
@@ -298,6 +304,18 @@ pub fn render(view: &MemberView) -> String {
             "Log entries not sent to a follower that already held them (a new leader's first appends).",
             COUNTER,
             load(&m.append_entries_skipped),
+        ),
+        (
+            "raft_node_early_appends_total",
+            "Appends the leader sent to a follower while it flushed them itself.",
+            COUNTER,
+            load(&m.early_appends),
+        ),
+        (
+            "raft_node_early_append_answers_total",
+            "Appends of the leader's replication answered by an early append that already carried them.",
+            COUNTER,
+            load(&m.early_answers),
         ),
         (
             "raft_node_peer_connection_switches_total",

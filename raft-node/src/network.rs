@@ -23,6 +23,7 @@
 use std::collections::HashMap;
 use std::sync::atomic::Ordering::Relaxed;
 use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
 use openraft::error::{InstallSnapshotError, NetworkError, RPCError, RaftError, RemoteError, Unreachable};
 use openraft::network::{RPCOption, RaftNetwork, RaftNetworkFactory};
@@ -38,6 +39,7 @@ use tonic::transport::Channel;
 
 use crate::connectivity::Connectivity;
 use crate::dial::PeerDialer;
+use crate::early_append::{self, EarlyAppends};
 use crate::lanes::{self, Lanes};
 use crate::storage::{decode, encode};
 use crate::typ::{MemberNode, NodeId, TypeConfig};
@@ -50,11 +52,13 @@ pub struct PeerNetwork {
     connectivity: Connectivity,
     /// The connections to each peer URL, made on first use.
     lanes: Arc<Mutex<HashMap<String, Arc<PeerLanes>>>>,
+    /// The leader's appends sent while it flushes them (`None` in tests of the network alone).
+    early: Option<EarlyAppends>,
 }
 
 impl PeerNetwork {
-    pub fn new(dialer: PeerDialer, connectivity: Connectivity) -> Self {
-        PeerNetwork { dialer, connectivity, lanes: Arc::default() }
+    pub fn new(dialer: PeerDialer, connectivity: Connectivity, early: EarlyAppends) -> Self {
+        PeerNetwork { dialer, connectivity, lanes: Arc::default(), early: Some(early) }
     }
 
     /// The shared connections to `url`, or `None` when it cannot be dialled.
@@ -128,12 +132,19 @@ impl Drop for InFlight<'_> {
     }
 }
 
-/// The connection to one peer.
-pub struct PeerClient {
+/// The connections to one peer and where its answers are noted.
+#[derive(Clone)]
+struct Link {
     target: NodeId,
     node: MemberNode,
     lanes: Option<Arc<PeerLanes>>,
     connectivity: Connectivity,
+}
+
+/// The connection to one peer.
+pub struct PeerClient {
+    link: Link,
+    early: Option<EarlyAppends>,
     /// Whether the next long append is first probed (see [`PeerClient::append_entries`]): from the start
     /// of a replication stream until a probe finds the end of what the follower holds.
     probing: bool,
@@ -155,23 +166,45 @@ impl RaftNetworkFactory<TypeConfig> for PeerNetwork {
 
     async fn new_client(&mut self, target: NodeId, node: &MemberNode) -> Self::Network {
         let lanes = node.peer_urls.first().and_then(|url| self.lanes(url));
-        PeerClient { target, node: node.clone(), lanes, connectivity: self.connectivity.clone(), probing: true }
+        let link = Link { target, node: node.clone(), lanes, connectivity: self.connectivity.clone() };
+        PeerClient { link, early: self.early.clone(), probing: true }
     }
 }
 
 type RpcResult<T, E> = Result<T, RPCError<NodeId, MemberNode, E>>;
 
-impl PeerClient {
+impl Link {
     async fn send_append(
         &self,
         rpc: &AppendEntriesRequest<TypeConfig>,
         option: &RPCOption,
     ) -> RpcResult<AppendEntriesResponse<NodeId>, RaftError<NodeId>> {
-        let request = with_deadline(message(rpc)?, option);
+        self.send_encoded(message(rpc)?, option.hard_ttl()).await
+    }
+
+    async fn send_encoded(
+        &self,
+        message: raftpb::RaftMessage,
+        ttl: Duration,
+    ) -> RpcResult<AppendEntriesResponse<NodeId>, RaftError<NodeId>> {
+        let mut request = tonic::Request::new(message);
+        request.set_timeout(ttl);
         let (in_flight, mut client) = self.client(None)?;
         let reply = client.append_entries(request).await;
         in_flight.settle(&reply);
         self.reply(reply)
+    }
+
+    /// How the early appends reach this peer.
+    fn early_sender(&self, window: Duration) -> early_append::Send {
+        let link = self.clone();
+        Arc::new(move |batch: Arc<early_append::Batch>| {
+            let link = link.clone();
+            Box::pin(async move {
+                let payload = batch.encoded.get_or_init(|| encode(&batch.request).ok()).clone()?;
+                link.send_encoded(raftpb::RaftMessage { payload }, window).await.ok()
+            })
+        })
     }
 
     /// The client of lane `pinned`, or of the lane RPCs to this peer use now, with the RPC to send on it.
@@ -225,7 +258,13 @@ fn with_deadline<T>(message: T, option: &RPCOption) -> tonic::Request<T> {
     request
 }
 
-impl RaftNetwork<TypeConfig> for PeerClient {
+impl PeerClient {
+    /// Notes how the follower answered `rpc` (`success` or not) for the early appends.
+    fn answered(&self, early: &EarlyAppends, rpc: &AppendEntriesRequest<TypeConfig>, success: bool) {
+        let link = &self.link;
+        early.answered(link.target, rpc, success, &|| link.early_sender(early.window()));
+    }
+
     /// A new leader does not know how much of its log a follower holds. openraft 0.9 then starts from the
     /// middle of the unpurged log and sends everything from there, 300 entries to a message, although
     /// after a hand-over the follower holds it all: after a busy run, many megabytes read from disk and
@@ -235,10 +274,10 @@ impl RaftNetwork<TypeConfig> for PeerClient {
     /// others, and this answer is the whole append's. Any other answer sends the append as it is (a
     /// conflicting tail the probe made the follower drop is one the append would have replaced), and
     /// the stream stops probing.
-    async fn append_entries(
+    async fn send(
         &mut self,
-        rpc: AppendEntriesRequest<TypeConfig>,
-        option: RPCOption,
+        rpc: &AppendEntriesRequest<TypeConfig>,
+        option: &RPCOption,
     ) -> RpcResult<AppendEntriesResponse<NodeId>, RaftError<NodeId>> {
         if self.probing && rpc.entries.len() >= PROBE_FROM_ENTRIES {
             let probe = AppendEntriesRequest {
@@ -247,7 +286,7 @@ impl RaftNetwork<TypeConfig> for PeerClient {
                 leader_commit: rpc.leader_commit,
                 entries: Vec::new(),
             };
-            match self.send_append(&probe, &option).await? {
+            match self.link.send_append(&probe, option).await? {
                 AppendEntriesResponse::Success => {
                     crate::metrics::metrics().append_entries_skipped.fetch_add(rpc.entries.len() as u64, Relaxed);
                     return Ok(AppendEntriesResponse::Success);
@@ -256,7 +295,30 @@ impl RaftNetwork<TypeConfig> for PeerClient {
                 AppendEntriesResponse::Conflict | AppendEntriesResponse::PartialSuccess(_) => self.probing = false,
             }
         }
-        self.send_append(&rpc, &option).await
+        self.link.send_append(rpc, option).await
+    }
+}
+
+impl RaftNetwork<TypeConfig> for PeerClient {
+    /// An early append (see `early_append`) that carried `rpc`'s entries answers for it; otherwise it
+    /// goes as [`PeerClient::send`] sends it.
+    async fn append_entries(
+        &mut self,
+        rpc: AppendEntriesRequest<TypeConfig>,
+        option: RPCOption,
+    ) -> RpcResult<AppendEntriesResponse<NodeId>, RaftError<NodeId>> {
+        let Some(early) = self.early.clone() else { return self.send(&rpc, &option).await };
+        if let Some(mut taken) = early.covering(self.link.target, &rpc) {
+            // The follower's answer to the early append, which carried these entries (see `early_append`).
+            if matches!(taken.wait_for(Option::is_some).await.as_deref(), Ok(Some(true))) {
+                crate::metrics::metrics().early_answers.fetch_add(1, Relaxed);
+                self.answered(&early, &rpc, true);
+                return Ok(AppendEntriesResponse::Success);
+            }
+        }
+        let result = self.send(&rpc, &option).await;
+        self.answered(&early, &rpc, matches!(result, Ok(AppendEntriesResponse::Success)));
+        result
     }
 
     async fn install_snapshot(
@@ -269,10 +331,10 @@ impl RaftNetwork<TypeConfig> for PeerClient {
         let chunk = raftpb::SnapshotChunk { meta, offset: rpc.offset, data: rpc.data, done: rpc.done };
         let request = with_deadline(tokio_stream::iter([chunk]), &option);
         // Always the first lane: chunks must arrive in order.
-        let (in_flight, mut client) = self.client(Some(0))?;
+        let (in_flight, mut client) = self.link.client(Some(0))?;
         let reply = client.install_snapshot(request).await;
         in_flight.settle(&reply);
-        self.reply(reply)
+        self.link.reply(reply)
     }
 
     async fn vote(
@@ -281,10 +343,10 @@ impl RaftNetwork<TypeConfig> for PeerClient {
         option: RPCOption,
     ) -> RpcResult<VoteResponse<NodeId>, RaftError<NodeId>> {
         let request = with_deadline(message(&rpc)?, &option);
-        let (in_flight, mut client) = self.client(None)?;
+        let (in_flight, mut client) = self.link.client(None)?;
         let reply = client.vote(request).await;
         in_flight.settle(&reply);
-        self.reply(reply)
+        self.link.reply(reply)
     }
 }
 

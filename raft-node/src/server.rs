@@ -37,6 +37,7 @@ use crate::config::auth_token::{self, AuthToken};
 use crate::config::{address, socket_addr, Address, Config};
 use crate::consensus::{raft_config, request_timeout, RaftConsensus};
 use crate::dial::PeerDialer;
+use crate::early_append::EarlyAppends;
 use crate::election::ElectionClock;
 use crate::forward::Forwarder;
 use crate::group_commit::GroupCommit;
@@ -138,7 +139,9 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> anyhow::
         batch_limit: usize::try_from(settings.compaction_batch_limit).unwrap_or(usize::MAX),
         sleep_interval: settings.compaction_sleep_interval,
     });
-    let mut log_store = log_store.without_fsync(config.clustering.unsafe_no_fsync);
+    let (raft_config, vote_lease) = raft_config(&config, settings.snapshot_catchup_entries)?;
+    let early = EarlyAppends::new(identity.member_id, Duration::from_millis(raft_config.heartbeat_interval));
+    let mut log_store = log_store.without_fsync(config.clustering.unsafe_no_fsync).with_early_appends(early.clone());
     let mut state_machine = state_machine;
     if config.clustering.force_new_cluster {
         storage::force_new_cluster::force_new_cluster(&mut log_store, &mut state_machine, identity.member_id)
@@ -157,9 +160,8 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> anyhow::
     let watch_hub = state_machine.watch_hub().clone();
 
     let election = Duration::from_millis(config.election_timeout);
-    let (raft_config, vote_lease) = raft_config(&config, settings.snapshot_catchup_entries)?;
     let connectivity = crate::connectivity::Connectivity::default();
-    let network = PeerNetwork::new(dialer.clone(), connectivity.clone());
+    let network = PeerNetwork::new(dialer.clone(), connectivity.clone(), early);
     let appended = log_store.appended_bytes();
     let log_tail = log_store.tail_size();
     let raft = Raft::new(identity.member_id, Arc::new(raft_config), network.clone(), log_store, state_machine)

@@ -25,6 +25,7 @@ use parking_lot::Mutex;
 use serde::de::DeserializeOwned;
 use serde::Serialize;
 
+use crate::early_append::EarlyAppends;
 use crate::storage::log_pieces::{corrupt_log, index_of, Chunks};
 use crate::storage::scan::Forward;
 use crate::storage::{decode, encode};
@@ -52,6 +53,8 @@ pub struct LogStore {
     /// `--unsafe-no-fsync`: appends and votes are acknowledged unflushed (sled's flusher still writes them
     /// within half a second). A crash can lose acknowledged writes.
     no_fsync: bool,
+    /// Where the leader's own appends go to followers before they are flushed (`early_append`).
+    early: Option<EarlyAppends>,
 }
 
 /// Entries the tail keeps, at most (each may carry many clients' writes)...
@@ -135,6 +138,7 @@ impl LogStore {
             tail: Arc::default(),
             appended: Arc::default(),
             no_fsync: false,
+            early: None,
         };
         log.remove_unfinished_entry()?;
         Ok(log)
@@ -211,6 +215,11 @@ impl LogStore {
 
     pub fn without_fsync(self, no_fsync: bool) -> Self {
         Self { no_fsync, ..self }
+    }
+
+    /// Offers the leader's own appends to `early` before flushing them.
+    pub fn with_early_appends(self, early: EarlyAppends) -> Self {
+        Self { early: Some(early), ..self }
     }
 
     fn read_state<T: DeserializeOwned>(&self, key: &[u8]) -> Result<Option<T>, StorageError> {
@@ -368,6 +377,9 @@ impl RaftLogStorage<TypeConfig> for LogStore {
         let bytes = encode(vote).map_err(|e| StorageIOError::write_vote(&e))?;
         self.state.insert(KEY_VOTE, bytes).map_err(|e| StorageIOError::write_vote(&e))?;
         self.flush().await.map_err(|e| StorageIOError::write_vote(&e))?;
+        if let Some(early) = &self.early {
+            early.saved_vote(*vote);
+        }
         Ok(())
     }
 
@@ -386,6 +398,9 @@ impl RaftLogStorage<TypeConfig> for LogStore {
     async fn save_committed(&mut self, committed: Option<LogId>) -> Result<(), StorageError> {
         let index = committed.map_or(0, |id| id.index);
         crate::metrics::metrics().proposals_committed.store(index, std::sync::atomic::Ordering::Relaxed);
+        if let Some(early) = &self.early {
+            early.saved_committed(committed);
+        }
         self.write_state(KEY_COMMITTED, &committed)
     }
 
@@ -398,6 +413,12 @@ impl RaftLogStorage<TypeConfig> for LogStore {
         I: IntoIterator<Item = Entry> + Send,
         I::IntoIter: Send,
     {
+        let entries: Vec<Entry> = entries.into_iter().collect();
+        if let Some(early) = &self.early {
+            // The leader's own entries go to its followers now, while it writes and flushes them.
+            let prev = self.tail.lock().back().map(|entry| entry.log_id);
+            early.offer(prev, &entries);
+        }
         // One insert per entry, in log order, and no sled batch: sled recovers a prefix of its writes,
         // so a crash leaves a prefix of these entries (never a hole), and a sled batch would cost two
         // extra log buffer writes on every append.
