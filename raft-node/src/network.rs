@@ -41,7 +41,8 @@ use crate::connectivity::Connectivity;
 use crate::dial::PeerDialer;
 use crate::early_append::{self, EarlyAppends};
 use crate::lanes::{self, Lanes};
-use crate::storage::{decode, encode};
+use crate::storage::log_store::{is_unread, UNREAD_FROM_ENTRIES};
+use crate::storage::{decode, encode, LogStore};
 use crate::typ::{MemberNode, NodeId, TypeConfig};
 
 /// Creates [`PeerClient`]s.
@@ -54,11 +55,13 @@ pub struct PeerNetwork {
     lanes: Arc<Mutex<HashMap<String, Arc<PeerLanes>>>>,
     /// The leader's appends sent while it flushes them (`None` in tests of the network alone).
     early: Option<EarlyAppends>,
+    /// The log, to read the entries a replication stream's reader left unread before they are sent.
+    log: Option<LogStore>,
 }
 
 impl PeerNetwork {
-    pub fn new(dialer: PeerDialer, connectivity: Connectivity, early: EarlyAppends) -> Self {
-        PeerNetwork { dialer, connectivity, lanes: Arc::default(), early: Some(early) }
+    pub fn new(dialer: PeerDialer, connectivity: Connectivity, early: EarlyAppends, log: LogStore) -> Self {
+        PeerNetwork { dialer, connectivity, lanes: Arc::default(), early: Some(early), log: Some(log) }
     }
 
     /// The shared connections to `url`, or `None` when it cannot be dialled.
@@ -145,13 +148,15 @@ struct Link {
 pub struct PeerClient {
     link: Link,
     early: Option<EarlyAppends>,
+    log: Option<LogStore>,
     /// Whether the next long append is first probed (see [`PeerClient::append_entries`]): from the start
     /// of a replication stream until a probe finds the end of what the follower holds.
     probing: bool,
 }
 
-/// Entries in an append from which a probing stream first asks whether the follower already holds them.
-const PROBE_FROM_ENTRIES: usize = 16;
+/// Entries in an append from which a probing stream first asks whether the follower already holds them
+/// (as many as make a replication stream's reader leave the middle of a read unread).
+const PROBE_FROM_ENTRIES: usize = UNREAD_FROM_ENTRIES;
 
 #[derive(Debug, thiserror::Error)]
 enum PeerError {
@@ -159,6 +164,10 @@ enum PeerError {
     NoUrl(NodeId),
     #[error("encoding a Raft message: {0}")]
     Codec(String),
+    #[error("an append of log entries not read yet")]
+    Unread,
+    #[error("reading log entries to send: {0}")]
+    Read(String),
 }
 
 impl RaftNetworkFactory<TypeConfig> for PeerNetwork {
@@ -167,7 +176,7 @@ impl RaftNetworkFactory<TypeConfig> for PeerNetwork {
     async fn new_client(&mut self, target: NodeId, node: &MemberNode) -> Self::Network {
         let lanes = node.peer_urls.first().and_then(|url| self.lanes(url));
         let link = Link { target, node: node.clone(), lanes, connectivity: self.connectivity.clone() };
-        PeerClient { link, early: self.early.clone(), probing: true }
+        PeerClient { link, early: self.early.clone(), log: self.log.clone(), probing: true }
     }
 }
 
@@ -179,6 +188,10 @@ impl Link {
         rpc: &AppendEntriesRequest<TypeConfig>,
         option: &RPCOption,
     ) -> RpcResult<AppendEntriesResponse<NodeId>, RaftError<NodeId>> {
+        // Place holders of unread entries never leave this member (`PeerClient::send` reads them first).
+        if rpc.entries.iter().any(is_unread) {
+            return Err(RPCError::Network(NetworkError::new(&PeerError::Unread)));
+        }
         self.send_encoded(message(rpc)?, option.hard_ttl()).await
     }
 
@@ -273,7 +286,8 @@ impl PeerClient {
     /// id as the previous one: by Raft's log matching, a follower that has that entry has all the
     /// others, and this answer is the whole append's. Any other answer sends the append as it is (a
     /// conflicting tail the probe made the follower drop is one the append would have replaced), and
-    /// the stream stops probing.
+    /// the stream stops probing. The stream's log reader left the middle of such a long append unread
+    /// (`LogStore::limited_get_log_entries`): it is read here only when it is sent.
     async fn send(
         &mut self,
         rpc: &AppendEntriesRequest<TypeConfig>,
@@ -295,7 +309,22 @@ impl PeerClient {
                 AppendEntriesResponse::Conflict | AppendEntriesResponse::PartialSuccess(_) => self.probing = false,
             }
         }
-        self.link.send_append(rpc, option).await
+        let filled = match &self.log {
+            Some(log) => log.filled(&rpc.entries),
+            None => Ok(None),
+        };
+        match filled.map_err(|e| RPCError::Network(NetworkError::new(&PeerError::Read(e.to_string()))))? {
+            Some(entries) => {
+                let whole = AppendEntriesRequest {
+                    vote: rpc.vote,
+                    prev_log_id: rpc.prev_log_id,
+                    leader_commit: rpc.leader_commit,
+                    entries,
+                };
+                self.link.send_append(&whole, option).await
+            }
+            None => self.link.send_append(rpc, option).await,
+        }
     }
 }
 

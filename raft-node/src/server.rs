@@ -161,7 +161,7 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> anyhow::
 
     let election = Duration::from_millis(config.election_timeout);
     let connectivity = crate::connectivity::Connectivity::default();
-    let network = PeerNetwork::new(dialer.clone(), connectivity.clone(), early);
+    let network = PeerNetwork::new(dialer.clone(), connectivity.clone(), early, log_store.clone());
     let appended = log_store.appended_bytes();
     let log_tail = log_store.tail_size();
     let raft = Raft::new(identity.member_id, Arc::new(raft_config), network.clone(), log_store, state_machine)

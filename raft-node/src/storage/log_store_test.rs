@@ -205,3 +205,44 @@ async fn a_key_that_names_no_entry_is_an_error_not_a_panic() {
     let err = log.get_log_state().await.expect_err("refused");
     assert!(err.to_string().contains("a key shorter than an index"), "{err}");
 }
+
+#[tokio::test]
+async fn a_replication_reader_leaves_the_middle_of_long_reads_outside_the_tail_unread() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let mut written = mixed(1, 1, 30);
+    written.extend(mixed(2, 31, 60));
+    {
+        let (mut log, _sm, _store) = open(dir.path()).expect("open");
+        log.blocking_append(written.clone()).await.expect("append");
+    }
+    // Reopened: the tail is empty, every read goes to sled.
+    let (mut log, _sm, _store) = crate::storage::reopen(dir.path());
+    let mut reader = log.get_log_reader().await;
+    let read = reader.limited_get_log_entries(10, 50).await.expect("read");
+    assert_eq!(indexes(&read), (10..50).collect::<Vec<_>>());
+    assert_eq!((&read[0], &read[39]), (&written[9], &written[48]), "the first and last entries are read whole");
+    assert!(read[1..39].iter().all(is_unread), "the middle is left unread");
+    assert!(!written.iter().any(is_unread));
+    let whole = log.filled(&read).expect("fill").expect("some were unread");
+    assert_eq!(whole, written[9..49].to_vec(), "filled, the entries are the log's");
+    assert_eq!(log.filled(&whole).expect("fill"), None, "nothing left to read");
+
+    // Short reads, reads clipped short by the log's end, and the store's own reads are read whole.
+    assert_eq!(reader.limited_get_log_entries(10, 25).await.expect("read"), written[9..24].to_vec());
+    assert_eq!(reader.limited_get_log_entries(50, 100).await.expect("read"), written[49..].to_vec());
+    assert_eq!(log.limited_get_log_entries(10, 50).await.expect("read"), written[9..49].to_vec());
+    let clipped = reader.limited_get_log_entries(20, 100).await.expect("read");
+    assert_eq!((indexes(&clipped).first(), clipped.last()), (Some(&20), written.last()));
+
+    // Entries the tail holds are read whole.
+    log.blocking_append(mixed(2, 61, 90)).await.expect("append");
+    let tail = reader.limited_get_log_entries(61, 91).await.expect("read");
+    assert!(!tail.iter().any(is_unread));
+    assert_eq!(tail, log.try_get_log_entries(61..91).await.expect("read"));
+
+    // Replaced since the read: filling it fails instead of sending other entries.
+    log.truncate(written[44].log_id).await.expect("truncate");
+    log.blocking_append(mixed(3, 45, 60)).await.expect("append");
+    let err = log.filled(&read).expect_err("replaced");
+    assert!(err.to_string().contains("were replaced while being replicated"), "{err}");
+}
