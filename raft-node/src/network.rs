@@ -382,6 +382,7 @@ impl RaftNetwork<TypeConfig> for PeerClient {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::typ::{Entry, LogId};
 
     #[tokio::test]
     async fn an_rpc_out_of_time_moves_later_ones_to_the_next_connection_once() {
@@ -410,5 +411,40 @@ mod tests {
         assert_eq!(lanes.lanes.current(), 1, "tonic's deadline moves it");
         drop(sent());
         assert_eq!(lanes.lanes.current(), 2, "openraft's timeout, which drops the RPC, moves it");
+    }
+
+    /// An append as a replication stream's reader reads entries 10 to 49 of a log of 60 (the middle
+    /// left unread), and the log.
+    async fn unread_append(dir: &std::path::Path) -> (AppendEntriesRequest<TypeConfig>, LogStore) {
+        use openraft::storage::{RaftLogStorage, RaftLogStorageExt};
+        use openraft::{CommittedLeaderId, EntryPayload, RaftLogReader};
+        let entry =
+            |index| Entry { log_id: LogId::new(CommittedLeaderId::new(1, 1), index), payload: EntryPayload::Blank };
+        {
+            let (mut log, _sm, _store) = crate::storage::open(dir).expect("open");
+            log.blocking_append((1..=60).map(entry)).await.expect("append");
+        }
+        let (mut log, _sm, _store) = crate::storage::reopen(dir);
+        let entries = log.get_log_reader().await.limited_get_log_entries(10, 50).await.expect("read");
+        assert!(entries.iter().any(is_unread));
+        let vote = crate::typ::Vote::new_committed(1, 1);
+        (AppendEntriesRequest { vote, prev_log_id: Some(entry(9).log_id), leader_commit: None, entries }, log)
+    }
+
+    #[tokio::test(flavor = "multi_thread")]
+    async fn entries_left_unread_are_read_before_an_append_goes_and_never_sent_unread() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let (rpc, log) = unread_append(dir.path()).await;
+        let lanes =
+            Arc::new(PeerLanes::new(lanes::channels(&PeerDialer::default(), "http://127.0.0.1:1").expect("channels")));
+        let link =
+            Link { target: 2, node: MemberNode::default(), lanes: Some(lanes), connectivity: Connectivity::default() };
+        let option = RPCOption::new(Duration::from_secs(1));
+        let refused = link.send_append(&rpc, &option).await.expect_err("not sent");
+        assert!(refused.to_string().contains("not read yet"), "{refused}");
+        // Through the client, which reads them first: it gets as far as the (absent) peer.
+        let mut client = PeerClient { link, early: None, log: Some(log), probing: false };
+        let failed = client.send(&rpc, &option).await.expect_err("no peer there");
+        assert!(matches!(failed, RPCError::Unreachable(_)), "{failed}");
     }
 }
