@@ -10,6 +10,7 @@ mod client_error;
 mod client_kv;
 mod client_txn;
 mod cluster_check_quorum;
+mod cluster_early_appends;
 mod cluster_failover;
 mod cluster_follower_catchup;
 mod cluster_followers_serve;
