@@ -186,9 +186,9 @@ impl EarlyAppends {
         Some(pending.taken.clone())
     }
 
-    /// openraft's append `rpc` to `target` was answered by the follower (`Some(true)` success, `Some(false)`
-    /// anything else) or by an early send (`None` here: `send` is only used for a follower not yet known
-    /// under this vote, to start its task).
+    /// openraft's append `rpc` to `target` was answered, by the follower or by an early append that
+    /// carried it: `success` if the follower holds everything `rpc` carries. A follower first known
+    /// under this vote gets a task that sends its early appends through `send()`.
     pub fn answered(
         &self,
         target: NodeId,
