@@ -93,7 +93,16 @@ struct Follower {
 struct Pending {
     after: u64,
     last: u64,
+    /// The commit index it told the follower.
+    commit: Option<LogId>,
     taken: watch::Receiver<Option<bool>>,
+}
+
+/// The early append that carried an append of openraft's replication: whether the follower took it,
+/// and the commit index it told the follower.
+pub struct Covering {
+    pub taken: watch::Receiver<Option<bool>>,
+    pub commit: Option<LogId>,
 }
 
 /// The index after which an append of `prev` starts.
@@ -164,26 +173,24 @@ impl EarlyAppends {
                 })
                 .clone();
             let (taken_tx, taken) = watch::channel(None);
+            let commit = batch.request.leader_commit;
             if follower.queue.send((batch, taken_tx)).is_err() {
                 continue;
             }
-            follower.pending.push_back(Pending { after: index_after(prev), last: last.log_id.index, taken });
+            follower.pending.push_back(Pending { after: index_after(prev), last: last.log_id.index, commit, taken });
             follower.sent = Some(last.log_id);
         }
     }
 
     /// An early send to `target` of this vote that carried the last entry of `rpc`, to wait on instead of
-    /// sending `rpc`: `Some(true)` from it means the follower holds everything `rpc` carries.
-    pub fn covering(
-        &self,
-        target: NodeId,
-        rpc: &AppendEntriesRequest<TypeConfig>,
-    ) -> Option<watch::Receiver<Option<bool>>> {
+    /// sending `rpc`: `Some(true)` from it means the follower holds everything `rpc` carries (but it may
+    /// not know `rpc`'s commit index).
+    pub fn covering(&self, target: NodeId, rpc: &AppendEntriesRequest<TypeConfig>) -> Option<Covering> {
         let last = rpc.entries.last()?.log_id.index;
         let followers = self.inner.followers.lock();
         let follower = followers.get(&target).filter(|follower| follower.vote == rpc.vote)?;
         let pending = follower.pending.iter().find(|pending| pending.after <= last && last <= pending.last)?;
-        Some(pending.taken.clone())
+        Some(Covering { taken: pending.taken.clone(), commit: pending.commit })
     }
 
     /// openraft's append `rpc` to `target` was answered, by the follower or by an early append that

@@ -60,7 +60,7 @@ fn leading(peer: &Peer, takes: bool) -> (EarlyAppends, Vote) {
 }
 
 async fn answer_of(early: &EarlyAppends, rpc: &AppendEntriesRequest<TypeConfig>) -> Option<bool> {
-    let mut taken = early.covering(PEER, rpc)?;
+    let mut taken = early.covering(PEER, rpc)?.taken;
     let answer = *taken.wait_for(Option::is_some).await.expect("answer");
     answer
 }
@@ -79,6 +79,8 @@ async fn the_leaders_own_append_goes_early_and_answers_openraft_s() {
     assert_eq!(answer_of(&early, &part).await, Some(true));
     assert_eq!(peer.appends(), vec![(Some(4), vec![5, 6])]);
     assert_eq!(peer.sent.lock()[0].leader_commit.map(|id| id.index), Some(4), "the saved commit index travels");
+    let told = early.covering(PEER, &whole).and_then(|covering| covering.commit).map(|id| id.index);
+    assert_eq!(told, Some(4), "the commit index the early append told, for the network to compare");
 
     // Nothing carried index 7 yet, and another vote's append is never answered early.
     assert!(early.covering(PEER, &append(vote, Some(entry(3, ME, 6).log_id), vec![entry(3, ME, 7)])).is_none());

@@ -39,6 +39,8 @@ pub struct Metrics {
     /// answered by one of them instead of being sent again.
     pub early_appends: AtomicU64,
     pub early_answers: AtomicU64,
+    /// Commit indexes sent alone after an append answered by an early one (`network`).
+    pub early_commit_notices: AtomicU64,
     /// RPCs to a peer moved to its other connection after one ran out of time (`network`).
     pub peer_lane_switches: AtomicU64,
     pub health_success: AtomicU64,
@@ -71,6 +73,7 @@ pub fn metrics() -> &'static Metrics {
         append_entries_skipped: AtomicU64::new(0),
         early_appends: AtomicU64::new(0),
         early_answers: AtomicU64::new(0),
+        early_commit_notices: AtomicU64::new(0),
         peer_lane_switches: AtomicU64::new(0),
         health_success: AtomicU64::new(0),
         health_failures: AtomicU64::new(0),
@@ -316,6 +319,12 @@ pub fn render(view: &MemberView) -> String {
             "Appends of the leader's replication answered by an early append that already carried them.",
             COUNTER,
             load(&m.early_answers),
+        ),
+        (
+            "raft_node_early_commit_notices_total",
+            "Commit indexes sent alone to a follower whose append an early one answered without them.",
+            COUNTER,
+            load(&m.early_commit_notices),
         ),
         (
             "raft_node_peer_connection_switches_total",

@@ -278,6 +278,24 @@ impl PeerClient {
         early.answered(link.target, rpc, success, &|| link.early_sender(early.window()));
     }
 
+    /// Sends `rpc`'s commit index, which the early append that carried its entries did not know, in an
+    /// empty append after them, without waiting: openraft put it in this append (a commit it learnt
+    /// while the append waited to go out) and sends no other, so a follower would otherwise apply, and
+    /// its watchers hear of, those writes only at the next heartbeat.
+    fn tell_commit(&self, rpc: &AppendEntriesRequest<TypeConfig>, option: RPCOption) {
+        let notice = AppendEntriesRequest {
+            vote: rpc.vote,
+            prev_log_id: rpc.entries.last().map(|entry| entry.log_id),
+            leader_commit: rpc.leader_commit,
+            entries: Vec::new(),
+        };
+        let link = self.link.clone();
+        crate::metrics::metrics().early_commit_notices.fetch_add(1, Relaxed);
+        tokio::spawn(async move {
+            let _ = link.send_append(&notice, &option).await;
+        });
+    }
+
     /// A new leader does not know how much of its log a follower holds. openraft 0.9 then starts from the
     /// middle of the unpurged log and sends everything from there, 300 entries to a message, although
     /// after a hand-over the follower holds it all: after a busy run, many megabytes read from disk and
@@ -337,11 +355,14 @@ impl RaftNetwork<TypeConfig> for PeerClient {
         option: RPCOption,
     ) -> RpcResult<AppendEntriesResponse<NodeId>, RaftError<NodeId>> {
         let Some(early) = self.early.clone() else { return self.send(&rpc, &option).await };
-        if let Some(mut taken) = early.covering(self.link.target, &rpc) {
+        if let Some(mut covering) = early.covering(self.link.target, &rpc) {
             // The follower's answer to the early append, which carried these entries (see `early_append`).
-            if matches!(taken.wait_for(Option::is_some).await.as_deref(), Ok(Some(true))) {
+            if matches!(covering.taken.wait_for(Option::is_some).await.as_deref(), Ok(Some(true))) {
                 crate::metrics::metrics().early_answers.fetch_add(1, Relaxed);
                 self.answered(&early, &rpc, true);
+                if rpc.leader_commit > covering.commit {
+                    self.tell_commit(&rpc, option);
+                }
                 return Ok(AppendEntriesResponse::Success);
             }
         }
