@@ -234,7 +234,7 @@ fn committed_only(store: &MvccStore) -> Result<()> {
 
 /// CRC-32C, eight bytes a step over eight 256-entry tables ("slicing by 8"): a hash reads the whole
 /// store, and one byte a step over one table took half of a `HashKV`'s time.
-pub(crate) struct Crc32c {
+pub struct Crc32c {
     tables: &'static [[u32; 256]; 8],
     crc: u32,
 }
@@ -269,7 +269,7 @@ impl Default for Crc32c {
 }
 
 impl Crc32c {
-    pub(crate) fn update(&mut self, bytes: &[u8]) {
+    pub fn update(&mut self, bytes: &[u8]) {
         let t = self.tables;
         let mut crc = self.crc;
         let mut words = bytes.chunks_exact(8);
@@ -291,7 +291,7 @@ impl Crc32c {
         self.crc = crc;
     }
 
-    pub(crate) fn finish(&self) -> u32 {
+    pub fn finish(&self) -> u32 {
         !self.crc
     }
 }

@@ -1,20 +1,72 @@
-//! The pieces of a Raft log entry too large to store whole (see [`crate::storage::log_store`] for why):
-//! their keys, splitting an encoded entry, and putting it together again as read in key order.
+//! The Raft log as earlier builds kept it, in the sled tree `logs`, read once to move it into the
+//! segment files of [`crate::storage::wal`] (see [`crate::storage::log_store`]).
+//!
+//! The tree maps an index (big-endian u64, so sled's order is the log's) to the bincode entry; an
+//! entry of more than 2 KiB (8 KiB in older builds) is stored in pieces instead, under the index followed by the
+//! piece's number (big-endian u32), the first piece carrying the count (see [`Chunks`]). sled keeps a
+//! prefix of its writes, so a crash can leave only the last entry unfinished; it was never reported
+//! persisted and is left out.
 
 use std::io;
 
 use openraft::StorageIOError;
 
-use crate::storage::log_store::CHUNK_BYTES;
-use crate::typ::StorageError;
+use crate::storage::decode;
+use crate::storage::scan::Forward;
+use crate::typ::{Entry, StorageError};
 
-/// The key of piece `piece` of the entry at `index`: after the index's own key and before the next
-/// index's, in sled's order.
-fn piece_key(index: u64, piece: u32) -> [u8; 12] {
-    let mut key = [0; 12];
-    key[..8].copy_from_slice(&index.to_be_bytes());
-    key[8..].copy_from_slice(&piece.to_be_bytes());
-    key
+/// The name of the tree.
+pub(crate) const LOGS: &str = "logs";
+/// The size of the pieces the last builds wrote (the first piece tells how many, not how large).
+#[cfg(test)]
+pub(crate) const CHUNK_BYTES: usize = 2 << 10;
+
+fn index_key(index: u64) -> [u8; 8] {
+    index.to_be_bytes()
+}
+
+fn decode_entry(index: &[u8], bytes: &[u8]) -> Result<Entry, StorageError> {
+    let entry: Entry = decode(bytes).map_err(|e| StorageIOError::read_logs(&e))?;
+    if index != index_key(entry.log_id.index) {
+        return Err(corrupt_log(&format!("log entry {} under another index", entry.log_id)));
+    }
+    Ok(entry)
+}
+
+/// The whole entries of `tree` from index `start` on, at most `limit` of them, each with its encoded
+/// bytes; an unfinished last one is left out.
+pub(crate) fn read(tree: &sled::Tree, start: u64, limit: usize) -> Result<Vec<(Entry, Vec<u8>)>, StorageError> {
+    let mut entries = Vec::new();
+    let mut chunks: Option<Chunks> = None;
+    let read_err = |e: sled::Error| StorageError::from(StorageIOError::read_logs(&e));
+    let whole = |index: u64, bytes: Vec<u8>| -> Result<(Entry, Vec<u8>), StorageError> {
+        Ok((decode_entry(&index_key(index), &bytes)?, bytes))
+    };
+    for item in Forward::from(tree, &index_key(start)) {
+        let (key, value) = item.map_err(read_err)?;
+        // A whole entry, or the first piece of one, ends the entry read before it.
+        if key.len() == 8 || key.get(8..12) == Some(&[0, 0, 0, 0][..]) {
+            if let Some(done) = chunks.take() {
+                let index = done.index;
+                let (_, bytes) = done
+                    .finish()
+                    .ok_or_else(|| corrupt_log(&format!("an unfinished entry {index} before later ones")))?;
+                entries.push(whole(index, bytes)?);
+            }
+            if entries.len() >= limit {
+                return Ok(entries);
+            }
+        }
+        if key.len() == 8 {
+            entries.push(whole(index_of(&key)?, value.to_vec())?);
+        } else {
+            chunks.get_or_insert_with(Chunks::default).push(&key, &value)?;
+        }
+    }
+    if let Some((index, bytes)) = chunks.and_then(Chunks::finish) {
+        entries.push(whole(index, bytes)?);
+    }
+    Ok(entries)
 }
 
 /// The pieces of an entry stored in pieces, as read back in key order: the first one starts with the
@@ -29,20 +81,6 @@ pub(crate) struct Chunks {
 }
 
 impl Chunks {
-    /// Splits `bytes` (the entry at `index`, encoded) into its keys and pieces.
-    pub(crate) fn split(index: u64, bytes: &[u8]) -> Vec<([u8; 12], Vec<u8>)> {
-        let pieces = bytes.chunks(CHUNK_BYTES);
-        let count = u32::try_from(pieces.len()).unwrap_or(u32::MAX);
-        pieces
-            .enumerate()
-            .map(|(n, piece)| {
-                let n = n as u32;
-                let value = if n == 0 { [&count.to_be_bytes()[..], piece].concat() } else { piece.to_vec() };
-                (piece_key(index, n), value)
-            })
-            .collect()
-    }
-
     /// Takes the piece under `key` (12 bytes); a piece of another entry, or out of order, is an error.
     pub(crate) fn push(&mut self, key: &[u8], value: &[u8]) -> Result<(), StorageError> {
         let index = index_of(key)?;

@@ -1,21 +1,19 @@
-//! [`LogStore`]: openraft's log storage on sled.
+//! [`LogStore`]: openraft's log storage.
 //!
-//! - tree `logs`: index (big-endian u64, so sled's order is the log's order) → bincode [`Entry`]; an
-//!   entry of more than [`CHUNK_BYTES`] is stored in pieces instead, under the index followed by the
-//!   piece's number (big-endian u32), the first piece carrying the count (see [`Chunks`]): sled 0.34
-//!   keeps tree nodes that hold large values in memory whatever its cache size (measured: 400 MB of
-//!   100 KiB values kept 415 MB resident with a 64 MiB cache, in 16 KiB values 125–130 MB, also for
-//!   800 MB; 400 MB of log in 8 KiB values 62 MB with a 16 MiB cache, in 2 KiB values 26 MB), and an
-//!   entry carrying a group of clients' writes is easily 100 KiB;
-//! - tree `raft_state`: the vote, the committed log id and the last purged log id.
+//! - the entries: segment files in `wal/` inside the log's sled directory ([`Wal`]), appended and
+//!   synced by the appending task itself;
+//! - sled tree `raft_state`: the vote, the committed log id and the last purged log id;
+//! - sled tree `logs`: where earlier builds kept the entries (see [`log_pieces`]); a member that
+//!   finds entries there moves them into the segment files when it opens, then empties it.
 //!
-//! Appends and votes are flushed before they are reported done (design invariant 2). A flush of this
-//! database also makes the state machine's earlier writes durable (see [`crate::storage`]).
+//! Appends and votes are durable before they are reported done (design invariant 2).
 
 use std::collections::VecDeque;
 use std::fmt::Debug;
+use std::fs::File;
 use std::io;
 use std::ops::{Bound, RangeBounds};
+use std::path::Path;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
@@ -26,32 +24,32 @@ use serde::de::DeserializeOwned;
 use serde::Serialize;
 
 use crate::early_append::EarlyAppends;
-use crate::storage::log_pieces::{corrupt_log, index_of, Chunks};
-use crate::storage::scan::Forward;
-use crate::storage::{decode, encode};
+use crate::storage::wal::Wal;
+use crate::storage::{decode, encode, log_pieces};
 use crate::typ::{Commands, Entry, LogId, StorageError, TypeConfig, Vote};
 
-const LOGS: &str = "logs";
 const RAFT_STATE: &str = "raft_state";
 const KEY_VOTE: &[u8] = b"vote";
 const KEY_COMMITTED: &[u8] = b"committed";
 const KEY_LAST_PURGED: &[u8] = b"last_purged";
+/// The directory of the segment files, inside the log's sled directory.
+pub(crate) const WAL_DIR: &str = "wal";
 
-/// The Raft log, vote and log pointers of a member. Cloning gives another handle on the same trees (the
+/// The Raft log, vote and log pointers of a member. Cloning gives another handle on the same log (the
 /// log reader of the replication tasks).
 #[derive(Clone, Debug)]
 pub struct LogStore {
     db: sled::Db,
-    logs: sled::Tree,
     state: sled::Tree,
+    wal: Arc<Wal>,
     /// The newest entries (a suffix of the log, or nothing), as appended: the leader's replication to
-    /// each follower reads an entry right after its append, and decoding it again from sled for every
-    /// follower cost the leader more than anything else replication does.
+    /// each follower reads an entry right after its append, and decoding it again for every follower
+    /// cost the leader more than anything else replication does.
     tail: Arc<Mutex<Tail>>,
     /// Encoded bytes appended by this process (what the snapshot policy weighs against the store's size).
     appended: Arc<AtomicU64>,
-    /// `--unsafe-no-fsync`: appends and votes are acknowledged unflushed (sled's flusher still writes them
-    /// within half a second). A crash can lose acknowledged writes.
+    /// `--unsafe-no-fsync`: appends and votes are acknowledged unsynced (the operating system writes
+    /// them back in its own time). A crash of the machine can lose acknowledged writes.
     no_fsync: bool,
     /// Where the leader's own appends go to followers before they are flushed (`early_append`).
     early: Option<EarlyAppends>,
@@ -77,8 +75,6 @@ pub(crate) fn is_unread(entry: &Entry) -> bool {
 const TAIL_ENTRIES: usize = 256;
 /// ... and their encoded bytes, about.
 const TAIL_BYTES: usize = 8 << 20;
-/// An encoded entry longer than this is stored in pieces of this size.
-pub(crate) const CHUNK_BYTES: usize = 2 << 10;
 
 /// `range` as the half-open `[start, end)` of indexes it covers, `end` clipped to `last + 1`.
 fn half_open(range: &impl RangeBounds<u64>, last: u64) -> (u64, u64) {
@@ -93,17 +89,6 @@ fn half_open(range: &impl RangeBounds<u64>, last: u64) -> (u64, u64) {
         Bound::Unbounded => u64::MAX,
     };
     (start, end.min(last.saturating_add(1)))
-}
-
-/// Which end of the log a removal starts from.
-#[derive(Clone, Copy)]
-enum End {
-    Head,
-    Tail,
-}
-
-fn index_key(index: u64) -> [u8; 8] {
-    index.to_be_bytes()
 }
 
 /// The newest entries with their encoded sizes.
@@ -145,78 +130,61 @@ impl TailSize {
 }
 
 impl LogStore {
-    pub fn open(db: &sled::Db) -> Result<Self, StorageError> {
-        let open = |name: &str| db.open_tree(name).map_err(|e| StorageIOError::read_logs(&e));
+    /// Opens the log of the sled database `db`, whose directory is `dir`.
+    pub fn open(db: &sled::Db, dir: &Path) -> Result<Self, StorageError> {
+        let opening = std::time::Instant::now();
+        let wal = Wal::open(&dir.join(WAL_DIR)).map_err(|e| StorageIOError::read_logs(&e))?;
+        let (first, last) = wal.bounds().unwrap_or_default();
+        tracing::info!(took = ?opening.elapsed(), first, last, "opened the Raft log");
         let log = Self {
             db: db.clone(),
-            logs: open(LOGS)?,
-            state: open(RAFT_STATE)?,
+            state: db.open_tree(RAFT_STATE).map_err(|e| StorageIOError::read_logs(&e))?,
+            wal: Arc::new(wal),
             tail: Arc::default(),
             appended: Arc::default(),
             no_fsync: false,
             early: None,
             replication_reader: false,
         };
-        log.remove_unfinished_entry()?;
+        log.move_legacy_entries()?;
+        // Segments a purge had not removed yet when the member stopped.
+        if let Some(purged) = log.read_state::<LogId>(KEY_LAST_PURGED)? {
+            log.wal.purge(purged.index).map_err(|e| StorageIOError::write_logs(&e))?;
+        }
         Ok(log)
     }
 
-    /// Removes the pieces of a last entry whose append a crash cut short (sled keeps a prefix of its
-    /// writes, so only the last entry can be unfinished; it was never reported persisted).
-    fn remove_unfinished_entry(&self) -> Result<(), StorageError> {
-        let Some((key, _)) = self.logs.last().map_err(|e| StorageIOError::read_logs(&e))? else {
-            return Ok(());
-        };
-        if key.len() != 12 {
+    /// Moves the entries an earlier build kept in the sled tree `logs` into the segment files, synced,
+    /// then empties the tree. A crash part way leaves the tree whole: the next start moves what the
+    /// segment files do not hold yet.
+    fn move_legacy_entries(&self) -> Result<(), StorageError> {
+        let tree = self.db.open_tree(log_pieces::LOGS).map_err(|e| StorageIOError::read_logs(&e))?;
+        if tree.is_empty() {
             return Ok(());
         }
-        let index = index_of(&key)?;
-        if self.read_range(index, index + 1)?.is_empty() {
-            tracing::warn!(index, "removing a Raft log entry whose append was cut short");
-            self.remove_range(index_key(index)..index_key(index + 1), End::Tail)?;
+        let mut next = self.wal.bounds().map_or(0, |(_, last)| last + 1);
+        let mut moved = 0usize;
+        loop {
+            let batch = log_pieces::read(&tree, next, 1024)?;
+            let Some((last, _)) = batch.last() else { break };
+            next = last.log_id.index + 1;
+            moved += batch.len();
+            let records: Vec<(u64, Vec<u8>)> =
+                batch.into_iter().map(|(entry, bytes)| (entry.log_id.index, bytes)).collect();
+            for file in self.wal.append(&records, true).map_err(|e| StorageIOError::write_logs(&e))? {
+                file.sync_data().map_err(|e| StorageIOError::write_logs(&e))?;
+            }
         }
+        tracing::info!(entries = moved, "moved the Raft log out of sled into segment files");
+        tree.clear().map_err(|e| StorageIOError::write_logs(&e))?;
+        self.db.flush().map_err(|e| StorageIOError::write_logs(&e))?;
         Ok(())
     }
 
-    /// The whole entries with indexes in `[start, end)`, in order; an unfinished last one is left out.
+    /// The entries with indexes in `[start, end)` that the log holds, in order.
     fn read_range(&self, start: u64, end: u64) -> Result<Vec<Entry>, StorageError> {
-        let mut entries = Vec::new();
-        let mut chunks: Option<Chunks> = None;
-        let read_err = |e: sled::Error| StorageError::from(StorageIOError::read_logs(&e));
-        for item in Forward::from(&self.logs, &index_key(start)) {
-            let (key, value) = item.map_err(read_err)?;
-            if key.as_ref() >= &index_key(end)[..] {
-                break;
-            }
-            // A whole entry, or the first piece of one, ends the entry read before it.
-            if key.len() == 8 || key.get(8..12) == Some(&[0, 0, 0, 0][..]) {
-                if let Some(done) = chunks.take() {
-                    entries.push(self.finished(done)?);
-                }
-            }
-            if key.len() == 8 {
-                entries.push(Self::decode_entry(&key, &value)?);
-            } else {
-                chunks.get_or_insert_with(Chunks::default).push(&key, &value)?;
-            }
-        }
-        match chunks.map(|done| (done.index, done.finish())) {
-            Some((_, Some((index, bytes)))) => entries.push(Self::decode_entry(&index_key(index), &bytes)?),
-            // Only the log's very last entry may be unfinished (and `open` removes it).
-            Some((last, None)) if self.logs.range(index_key(last + 1)..).next().is_some() => {
-                return Err(corrupt_log(&format!("an unfinished entry {last} before later ones")));
-            }
-            _ => {}
-        }
-        Ok(entries)
-    }
-
-    /// The entry whose pieces `done` holds, which later keys follow (so it must be whole).
-    fn finished(&self, done: Chunks) -> Result<Entry, StorageError> {
-        let index = done.index;
-        let (_, bytes) =
-            done.finish().ok_or_else(|| corrupt_log(&format!("an unfinished entry {index} before later ones")))?;
-        Self::decode_entry(&index_key(index), &bytes)
+        let records = self.wal.read(start, end).map_err(|e| StorageIOError::read_logs(&e))?;
+        records.into_iter().map(|(index, bytes)| Self::decode_entry(index, &bytes)).collect()
     }
 
     /// `--unsafe-no-fsync`: acknowledge appends and votes without flushing them.
@@ -253,9 +221,9 @@ impl LogStore {
         Ok(())
     }
 
-    fn decode_entry(index: &[u8], bytes: &[u8]) -> Result<Entry, StorageError> {
+    fn decode_entry(index: u64, bytes: &[u8]) -> Result<Entry, StorageError> {
         let entry: Entry = decode(bytes).map_err(|e| StorageIOError::read_logs(&e))?;
-        if index != index_key(entry.log_id.index) {
+        if index != entry.log_id.index {
             let err = io::Error::new(
                 io::ErrorKind::InvalidData,
                 format!("log entry {} stored under another index", entry.log_id),
@@ -265,27 +233,13 @@ impl LogStore {
         Ok(entry)
     }
 
-    /// The id of the last whole entry (an unfinished one after it is not part of the log).
+    /// The id of the last entry.
     fn last_log_id(&self) -> Result<Option<LogId>, StorageError> {
-        let mut below: Option<u64> = None;
-        loop {
-            let last = match below {
-                Some(index) => self.logs.range(..index_key(index)).next_back().transpose(),
-                None => self.logs.last(),
-            };
-            match last.map_err(|e| StorageIOError::read_logs(&e))? {
-                Some((key, bytes)) if key.len() == 8 => return Ok(Some(Self::decode_entry(&key, &bytes)?.log_id)),
-                Some((key, _)) => {
-                    let index = index_of(&key)?;
-                    match self.read_range(index, index + 1)?.pop() {
-                        Some(entry) => return Ok(Some(entry.log_id)),
-                        None if below.is_none() => below = Some(index),
-                        None => return Err(corrupt_log(&format!("an unfinished entry {index} before later ones"))),
-                    }
-                }
-                None => return Ok(None),
-            }
+        if let Some(last) = self.tail.lock().back() {
+            return Ok(Some(last.log_id));
         }
+        let Some((_, last)) = self.wal.bounds() else { return Ok(None) };
+        Ok(self.read_range(last, last + 1)?.pop().map(|entry| entry.log_id))
     }
 
     /// The entries of `range` if the tail holds all of them.
@@ -301,7 +255,7 @@ impl LogStore {
         Some(tail.entries.range(from..to).map(|(entry, _)| entry.clone()).collect())
     }
 
-    /// The entries `[start, end)`, all read (from the tail, or from sled).
+    /// The entries `[start, end)`, all read (from the tail, or from the segment files).
     fn read(&self, start: u64, end: u64) -> Result<Vec<Entry>, StorageError> {
         match self.from_tail(&(start..end)) {
             Some(entries) => Ok(entries),
@@ -343,41 +297,35 @@ impl LogStore {
         }
     }
 
-    /// Flushes the whole database (every tree) to disk, in this task: openraft 0.9's core waits for the
-    /// flush anyway, and handing it to a blocking thread cost two thread wake-ups per append (a put from
-    /// one client went 986 → 1,119/s without them). `block_in_place` lets the runtime move this
-    /// worker's other tasks elsewhere meanwhile. (sled's own `flush_async` is worse: its pool wakes all
-    /// its idle threads at every hand-off.)
-    async fn flush(&self) -> Result<(), sled::Error> {
+    /// Flushes the sled database (the vote and the log pointers), in this task (see [`Self::sync`]).
+    async fn flush_state(&self) -> Result<(), sled::Error> {
         if self.no_fsync {
             return Ok(());
         }
-        let flush = || {
-            let start = std::time::Instant::now();
-            let flushed = self.db.flush();
-            crate::metrics::metrics().wal_fsync.observe(start.elapsed());
-            flushed.map(|_| ())
-        };
-        match tokio::runtime::Handle::current().runtime_flavor() {
-            tokio::runtime::RuntimeFlavor::MultiThread => tokio::task::block_in_place(flush),
-            // A single-threaded runtime (unit tests) has no other worker to move tasks to.
-            _ => flush(),
-        }
+        Self::blocking(|| self.db.flush().map(|_| ()))
     }
 
-    /// Removes the entries in `range`, one by one from the end given: a crash part way leaves the log
-    /// without a hole (sled recovers a prefix of its writes).
-    fn remove_range(&self, range: impl RangeBounds<[u8; 8]>, from: End) -> Result<(), StorageError> {
-        let keys: Vec<sled::IVec> =
-            self.logs.range(range).keys().collect::<Result<_, _>>().map_err(|e| StorageIOError::write_logs(&e))?;
-        let ordered: Box<dyn Iterator<Item = sled::IVec>> = match from {
-            End::Head => Box::new(keys.into_iter()),
-            End::Tail => Box::new(keys.into_iter().rev()),
-        };
-        for key in ordered {
-            self.logs.remove(key).map_err(|e| StorageIOError::write_logs(&e))?;
+    /// Syncs `files` (appended segments), in this task: openraft 0.9's core waits for the sync anyway,
+    /// and handing it to a blocking thread cost two thread wake-ups per append. `block_in_place` lets
+    /// the runtime move this worker's other tasks elsewhere meanwhile.
+    async fn sync(&self, files: Vec<Arc<File>>) -> io::Result<()> {
+        if self.no_fsync || files.is_empty() {
+            return Ok(());
         }
-        Ok(())
+        Self::blocking(|| {
+            let start = std::time::Instant::now();
+            let synced = files.iter().try_for_each(|file| file.sync_data());
+            crate::metrics::metrics().wal_fsync.observe(start.elapsed());
+            synced
+        })
+    }
+
+    fn blocking<T>(work: impl FnOnce() -> T) -> T {
+        match tokio::runtime::Handle::current().runtime_flavor() {
+            tokio::runtime::RuntimeFlavor::MultiThread => tokio::task::block_in_place(work),
+            // A single-threaded runtime (unit tests) has no other worker to move tasks to.
+            _ => work(),
+        }
     }
 }
 
@@ -448,7 +396,7 @@ impl RaftLogStorage<TypeConfig> for LogStore {
     async fn save_vote(&mut self, vote: &Vote) -> Result<(), StorageError> {
         let bytes = encode(vote).map_err(|e| StorageIOError::write_vote(&e))?;
         self.state.insert(KEY_VOTE, bytes).map_err(|e| StorageIOError::write_vote(&e))?;
-        self.flush().await.map_err(|e| StorageIOError::write_vote(&e))?;
+        self.flush_state().await.map_err(|e| StorageIOError::write_vote(&e))?;
         if let Some(early) = &self.early {
             early.saved_vote(*vote);
         }
@@ -491,52 +439,53 @@ impl RaftLogStorage<TypeConfig> for LogStore {
             let prev = self.tail.lock().back().map(|entry| entry.log_id);
             early.offer(prev, &entries);
         }
-        // One insert per entry, in log order, and no sled batch: sled recovers a prefix of its writes,
-        // so a crash leaves a prefix of these entries (never a hole), and a sled batch would cost two
-        // extra log buffer writes on every append.
-        for entry in entries {
-            let bytes = encode(&entry).map_err(|e| StorageIOError::write_log_entry(entry.log_id, &e))?;
-            let size = bytes.len();
-            let index = entry.log_id.index;
-            if size <= CHUNK_BYTES {
-                self.logs.insert(index_key(index), bytes).map_err(|e| StorageIOError::write_logs(&e))?;
-            } else {
-                for (key, piece) in Chunks::split(index, &bytes) {
-                    self.logs.insert(key, piece).map_err(|e| StorageIOError::write_logs(&e))?;
-                }
-            }
-            self.remember(entry, size);
-            self.appended.fetch_add(size as u64, Ordering::Relaxed);
+        let mut records = Vec::with_capacity(entries.len());
+        for entry in &entries {
+            let bytes = encode(entry).map_err(|e| StorageIOError::write_log_entry(entry.log_id, &e))?;
+            records.push((entry.log_id.index, bytes));
         }
+        let written = self.wal.append(&records, !self.no_fsync);
+        let sizes: Vec<usize> = records.iter().map(|(_, bytes)| bytes.len()).collect();
+        drop(records);
         // Entries are readable now; they are reported persisted only once on disk.
-        match self.flush().await {
+        let synced = match written {
+            Ok(files) => {
+                for (entry, size) in entries.into_iter().zip(sizes) {
+                    self.remember(entry, size);
+                    self.appended.fetch_add(size as u64, Ordering::Relaxed);
+                }
+                self.sync(files).await
+            }
+            Err(e) => Err(e),
+        };
+        match synced {
             Ok(()) => {
                 callback.log_io_completed(Ok(()));
                 Ok(())
             }
             Err(e) => {
                 let err = StorageIOError::write_logs(&e);
-                callback.log_io_completed(Err(io::Error::other(e)));
+                callback.log_io_completed(Err(e));
                 Err(err.into())
             }
         }
     }
 
-    /// Removes `log_id` and every later entry: the tail goes, so no hole is left.
+    /// Removes `log_id` and every later entry.
     async fn truncate(&mut self, log_id: LogId) -> Result<(), StorageError> {
         self.tail.lock().retain(|entry| entry.log_id.index < log_id.index);
-        self.remove_range(index_key(log_id.index).., End::Tail)?;
-        self.flush().await.map_err(|e| StorageIOError::write_logs(&e))?;
+        Self::blocking(|| self.wal.truncate(log_id.index)).map_err(|e| StorageIOError::write_logs(&e))?;
         Ok(())
     }
 
-    /// Removes every entry up to `log_id`. The purged id is written first, so a crash in between leaves
-    /// extra entries at the head, never a log without its purged id.
+    /// Removes every entry up to `log_id`. The purged id is made durable first, so a crash in between
+    /// leaves extra entries at the head, never a log without its purged id.
     async fn purge(&mut self, log_id: LogId) -> Result<(), StorageError> {
         self.write_state(KEY_LAST_PURGED, &log_id)?;
+        self.flush_state().await.map_err(|e| StorageIOError::write_logs(&e))?;
         self.tail.lock().retain(|entry| entry.log_id.index > log_id.index);
-        // Up to the next index's key: the pieces of the entry at `log_id` sort after its index's own key.
-        self.remove_range(..index_key(log_id.index + 1), End::Head)
+        Self::blocking(|| self.wal.purge(log_id.index)).map_err(|e| StorageIOError::write_logs(&e))?;
+        Ok(())
     }
 }
 

@@ -1,4 +1,5 @@
-//! Tests of [`super`]: appends, pieces, truncation, purge and restarts of the Raft log.
+//! Tests of [`super`]: appends, truncation, purge and restarts of the Raft log, and moving an earlier
+//! build's log out of sled.
 
 use openraft::storage::RaftLogStorageExt;
 use openraft::{CommittedLeaderId, EntryPayload};
@@ -60,7 +61,7 @@ async fn log_vote_and_pointers_survive_a_restart() {
 }
 
 #[tokio::test]
-async fn the_tail_answers_as_sled_does_after_truncate_and_purge() {
+async fn the_tail_answers_as_the_files_do_after_truncate_and_purge() {
     let dir = tempfile::tempdir().expect("tempdir");
     let (mut log, _sm, _store) = open(dir.path()).expect("open");
     log.blocking_append((1..=10).map(|i| blank(1, i))).await.expect("append");
@@ -68,7 +69,7 @@ async fn the_tail_answers_as_sled_does_after_truncate_and_purge() {
     log.blocking_append((7..=12).map(|i| blank(2, i))).await.expect("append");
     log.purge(blank(1, 3).log_id).await.expect("purge");
     assert_eq!(log.tail.lock().front().map(|e| e.log_id.index), Some(4), "the tail serves these reads");
-    let mut sled_only = LogStore { tail: Arc::default(), ..log.clone() };
+    let mut files_only = LogStore { tail: Arc::default(), ..log.clone() };
     let ranges: Vec<(Bound<u64>, Bound<u64>)> = vec![
         (Bound::Unbounded, Bound::Unbounded),
         (Bound::Included(4), Bound::Unbounded),
@@ -80,9 +81,9 @@ async fn the_tail_answers_as_sled_does_after_truncate_and_purge() {
     ];
     for range in ranges {
         let tail = log.try_get_log_entries(range).await.expect("read");
-        let sled = sled_only.try_get_log_entries(range).await.expect("read");
+        let files = files_only.try_get_log_entries(range).await.expect("read");
         let ids = |entries: &[Entry]| entries.iter().map(|e| e.log_id).collect::<Vec<_>>();
-        assert_eq!(ids(&tail), ids(&sled), "{range:?}");
+        assert_eq!(ids(&tail), ids(&files), "{range:?}");
     }
     let all = log.try_get_log_entries(..).await.expect("read");
     assert_eq!(indexes(&all), (4..=12).collect::<Vec<_>>());
@@ -110,76 +111,84 @@ async fn reads_take_any_range_form() {
 }
 
 #[tokio::test]
-async fn large_entries_are_stored_in_pieces_and_read_back_whole() {
+async fn large_entries_read_back_whole_after_truncate_purge_and_reopen() {
     let dir = tempfile::tempdir().expect("tempdir");
     let written = mixed(1, 1, 12);
     {
         let (mut log, _sm, _store) = open(dir.path()).expect("open");
         log.blocking_append(written.clone()).await.expect("append");
-        assert!(log.logs.iter().keys().any(|k| k.expect("key").len() == 12), "large entries went in pieces");
-        let mut sled_only = LogStore { tail: Arc::default(), ..log.clone() };
+        let mut files_only = LogStore { tail: Arc::default(), ..log.clone() };
         for range in [(Bound::Included(2), Bound::Included(6)), (Bound::Excluded(2), Bound::Excluded(6))] {
             let want: Vec<Entry> = written.iter().filter(|e| range.contains(&e.log_id.index)).cloned().collect();
-            assert_eq!(sled_only.try_get_log_entries(range).await.expect("read"), want, "{range:?}");
+            assert_eq!(files_only.try_get_log_entries(range).await.expect("read"), want, "{range:?}");
         }
         log.truncate(large(1, 10, 30).log_id).await.expect("truncate");
         log.purge(large(1, 4, 24).log_id).await.expect("purge");
     }
-    let (mut log, _sm, _store) = crate::storage::reopen(dir.path());
-    let all = log.try_get_log_entries(..).await.expect("read");
-    assert_eq!(all, written[4..9].to_vec(), "entries 5 to 9, whole, in order");
-    assert_eq!(log.get_log_state().await.expect("state").last_log_id, Some(written[8].log_id));
-    let first_key = log.logs.first().expect("read").expect("an entry").0;
-    assert_eq!(&first_key[..8], &index_key(5), "the purged entry 4 left no piece behind");
-}
-
-/// A log written by an earlier build, whose pieces were 8 KiB, reads back whole: the first piece says
-/// how many there are, not how large they are (a rolling upgrade keeps the log it has).
-#[tokio::test]
-async fn entries_stored_in_pieces_of_another_size_read_back_whole() {
-    let dir = tempfile::tempdir().expect("tempdir");
-    let written: Vec<Entry> = (1..=3).map(|i| large(1, i, 30)).collect();
     {
-        let (log, _sm, _store) = open(dir.path()).expect("open");
-        for entry in &written {
-            let bytes = encode(entry).expect("encode");
-            let pieces: Vec<&[u8]> = bytes.chunks(8 << 10).collect();
-            assert!(pieces.len() > 1 && (8 << 10) != CHUNK_BYTES);
-            for (n, piece) in pieces.iter().enumerate() {
-                let value =
-                    if n == 0 { [&(pieces.len() as u32).to_be_bytes()[..], piece].concat() } else { piece.to_vec() };
-                let key = [&entry.log_id.index.to_be_bytes()[..], &(n as u32).to_be_bytes()].concat();
-                log.logs.insert(key, value).expect("insert");
-            }
-        }
-        log.db.flush().expect("flush");
+        let (mut log, _sm, _store) = crate::storage::reopen(dir.path());
+        let all = log.try_get_log_entries(..).await.expect("read");
+        assert_eq!(all, written[4..9].to_vec(), "entries 5 to 9, whole, in order");
+        assert_eq!(log.get_log_state().await.expect("state").last_log_id, Some(written[8].log_id));
+        // The log goes on after the truncation, and survives another reopen.
+        log.blocking_append(mixed(2, 10, 11)).await.expect("append");
     }
     let (mut log, _sm, _store) = crate::storage::reopen(dir.path());
-    assert_eq!(log.get_log_state().await.expect("state").last_log_id, Some(written[2].log_id));
-    assert_eq!(log.try_get_log_entries(..).await.expect("read"), written);
+    assert_eq!(indexes(&log.try_get_log_entries(..).await.expect("read")), (5..=11).collect::<Vec<_>>());
 }
 
-#[tokio::test]
-async fn an_append_cut_short_by_a_crash_leaves_the_entries_before_it() {
-    let dir = tempfile::tempdir().expect("tempdir");
-    {
-        let (mut log, _sm, _store) = open(dir.path()).expect("open");
-        log.blocking_append(mixed(1, 1, 4)).await.expect("append");
-        // What a crash part way through the next append leaves: a prefix of entry 5's pieces.
-        let bytes = encode(&large(1, 5, 40)).expect("encode");
-        let pieces = Chunks::split(5, &bytes);
-        assert!(pieces.len() > 2);
-        for (key, piece) in pieces.into_iter().take(2) {
-            log.logs.insert(key, piece).expect("insert");
+/// Writes `entries` into the sled tree where earlier builds kept the log, as they stored them (whole,
+/// or in pieces of `piece` bytes, the first carrying their count), and the first `partial` pieces of
+/// `cut_short` (an append a crash cut short).
+fn write_legacy_log(dir: &std::path::Path, entries: &[Entry], piece: usize, cut_short: Option<(&Entry, usize)>) {
+    let db = crate::storage::open_db(dir).expect("db");
+    let tree = db.open_tree(log_pieces::LOGS).expect("tree");
+    let stored = |entry: &Entry, piece: usize| -> Vec<(Vec<u8>, Vec<u8>)> {
+        let bytes = encode(entry).expect("encode");
+        if bytes.len() <= piece {
+            return vec![(entry.log_id.index.to_be_bytes().to_vec(), bytes)];
         }
-        log.db.flush().expect("flush");
-        assert_eq!(log.get_log_state().await.expect("state").last_log_id.map(|id| id.index), Some(4));
+        let pieces: Vec<&[u8]> = bytes.chunks(piece).collect();
+        let count = (pieces.len() as u32).to_be_bytes();
+        let value = |n: usize, p: &[u8]| if n == 0 { [&count[..], p].concat() } else { p.to_vec() };
+        let key = |n: usize| [&entry.log_id.index.to_be_bytes()[..], &(n as u32).to_be_bytes()].concat();
+        pieces.iter().enumerate().map(|(n, p)| (key(n), value(n, p))).collect()
+    };
+    for entry in entries {
+        for (key, value) in stored(entry, piece) {
+            tree.insert(key, value).expect("insert");
+        }
     }
-    let (mut log, _sm, _store) = crate::storage::reopen(dir.path());
-    assert_eq!(log.get_log_state().await.expect("state").last_log_id.map(|id| id.index), Some(4));
-    assert_eq!(log.logs.range(index_key(5)..).count(), 0, "the unfinished entry's pieces are removed");
-    log.blocking_append([large(2, 5, 40)]).await.expect("the entry is appended again");
-    assert_eq!(indexes(&log.try_get_log_entries(..).await.expect("read")), vec![1, 2, 3, 4, 5]);
+    if let Some((entry, partial)) = cut_short {
+        let pieces = stored(entry, piece);
+        assert!(pieces.len() > partial);
+        for (key, value) in pieces.into_iter().take(partial) {
+            tree.insert(key, value).expect("insert");
+        }
+    }
+    db.flush().expect("flush");
+}
+
+/// A log an earlier build kept in sled (pieces of 8 KiB, or of 2 KiB as the last builds wrote them)
+/// moves into the segment files when the member starts, whole; an entry whose append a crash cut short
+/// is left out (it was never reported persisted), and the log goes on after it.
+#[tokio::test]
+async fn a_log_kept_in_sled_by_an_earlier_build_moves_into_segment_files() {
+    for piece in [8 << 10, log_pieces::CHUNK_BYTES] {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let written = mixed(1, 1, 9);
+        write_legacy_log(dir.path(), &written, piece, Some((&large(1, 10, 40), 2)));
+        {
+            let (mut log, _sm, _store) = crate::storage::reopen(dir.path());
+            assert_eq!(log.get_log_state().await.expect("state").last_log_id, Some(written[8].log_id));
+            assert_eq!(log.try_get_log_entries(..).await.expect("read"), written, "pieces of {piece} bytes");
+            let tree = log.db.open_tree(log_pieces::LOGS).expect("tree");
+            assert!(tree.is_empty(), "the sled tree is emptied");
+            log.blocking_append([large(2, 10, 40)]).await.expect("the entry is appended again");
+        }
+        let (mut log, _sm, _store) = crate::storage::reopen(dir.path());
+        assert_eq!(indexes(&log.try_get_log_entries(..).await.expect("read")), (1..=10).collect::<Vec<_>>());
+    }
 }
 
 #[tokio::test]
@@ -197,12 +206,24 @@ async fn the_tail_keeps_a_bounded_number_of_bytes() {
 }
 
 #[tokio::test]
-async fn a_key_that_names_no_entry_is_an_error_not_a_panic() {
+async fn a_key_of_the_earlier_log_that_names_no_entry_is_an_error_not_a_panic() {
     let dir = tempfile::tempdir().expect("tempdir");
-    let (mut log, _sm, _store) = open(dir.path()).expect("open");
-    log.blocking_append(mixed(1, 1, 2)).await.expect("append");
-    log.logs.insert([1u8, 2, 3], &b"junk"[..]).expect("insert");
-    let err = log.get_log_state().await.expect_err("refused");
+    write_legacy_log(dir.path(), &mixed(1, 1, 2), log_pieces::CHUNK_BYTES, None);
+    {
+        let db = crate::storage::open_db(dir.path()).expect("db");
+        db.open_tree(log_pieces::LOGS).expect("tree").insert([1u8, 2, 3], &b"junk"[..]).expect("insert");
+        db.flush().expect("flush");
+    }
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    let err = loop {
+        match open(dir.path()) {
+            Err(err) if err.to_string().contains("could not acquire lock") && std::time::Instant::now() < deadline => {
+                std::thread::sleep(std::time::Duration::from_millis(20));
+            }
+            Err(err) => break err,
+            Ok(_) => panic!("a junk key was accepted"),
+        }
+    };
     assert!(err.to_string().contains("a key shorter than an index"), "{err}");
 }
 
@@ -215,7 +236,7 @@ async fn a_replication_reader_leaves_the_middle_of_long_reads_outside_the_tail_u
         let (mut log, _sm, _store) = open(dir.path()).expect("open");
         log.blocking_append(written.clone()).await.expect("append");
     }
-    // Reopened: the tail is empty, every read goes to sled.
+    // Reopened: the tail is empty, every read goes to the segment files.
     let (mut log, _sm, _store) = crate::storage::reopen(dir.path());
     let mut reader = log.get_log_reader().await;
     let read = reader.limited_get_log_entries(10, 50).await.expect("read");

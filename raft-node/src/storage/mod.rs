@@ -1,4 +1,5 @@
-//! Durable state of a member: the Raft log's sled database (`member/db`), the MVCC store's
+//! Durable state of a member: the Raft log (`member/db`: its sled database and, in `wal/`, the entries
+//! themselves), the MVCC store's
 //! (`member/db.kv`) and the snapshot files (`member/db.snap`).
 //!
 //! # Layout
@@ -7,8 +8,9 @@
 //!   its own so that it can be defragmented (rebuilt into a fresh database) while the log keeps going.
 //! - [`generation`]: the store database's generations, `CURRENT`, and copying a tree into the next one.
 //! - [`scan`]: reading a tree in key order without sled's iterators (which keep what they read).
-//! - [`log_pieces`]: how the log store keeps an entry too large for one sled value.
-//! - [`log_store`]: [`LogStore`], the Raft log (tree `logs`), vote, committed and purged ids (`raft_state`).
+//! - [`wal`]: the Raft log's entries in segment files, appended and synced by the appending task.
+//! - [`log_pieces`]: the Raft log as earlier builds kept it in sled, read once to move it into [`wal`].
+//! - [`log_store`]: [`LogStore`], the Raft log ([`wal`]), vote, committed and purged ids (`raft_state`).
 //! - [`state_machine`]: [`StateMachine`], applying committed entries to the MVCC store, and snapshots.
 //! - [`snapshot`]: the snapshot format, read and written an entry at a time (one place for its encoding).
 //! - [`current_snapshot`]: the current snapshot, a file in `member/db.snap` named in the tree `snapshot`.
@@ -57,6 +59,7 @@ pub mod sled_backend;
 pub mod snapshot;
 pub mod snapshot_file;
 pub mod state_machine;
+pub(crate) mod wal;
 
 #[cfg(test)]
 mod suite_test;
@@ -87,7 +90,7 @@ pub fn open_split(log_dir: &Path, dir: &Path) -> Result<(LogStore, StateMachine,
         SledBackend::open(&dir.with_extension("kv"), &db).map_err(|e| StorageIOError::read_state_machine(&e))?;
     let store = MvccStore::open(Arc::new(backend)).map_err(|e| StorageIOError::read_state_machine(&e))?;
     let store: SharedStore = Arc::new(RwLock::new(store));
-    let log_store = LogStore::open(&db)?;
+    let log_store = LogStore::open(&db, log_dir)?;
     let state_machine = StateMachine::open(&db, store.clone(), &dir.with_extension("snap"))?;
     Ok((log_store, state_machine, store))
 }

@@ -1,0 +1,144 @@
+use super::*;
+
+/// Segments this small roll over every few entries.
+const SMALL: u64 = 200;
+
+fn entry(index: u64, tag: u8) -> (u64, Vec<u8>) {
+    (index, vec![tag; 40 + (index % 7) as usize])
+}
+
+fn entries(range: std::ops::Range<u64>, tag: u8) -> Vec<(u64, Vec<u8>)> {
+    range.map(|index| entry(index, tag)).collect()
+}
+
+fn append(wal: &Wal, items: &[(u64, Vec<u8>)]) {
+    for file in wal.append(items, true).expect("append") {
+        file.sync_data().expect("sync");
+    }
+}
+
+fn segment_files(dir: &Path) -> Vec<PathBuf> {
+    let mut files: Vec<PathBuf> = std::fs::read_dir(dir)
+        .expect("dir")
+        .map(|item| item.expect("item").path())
+        .filter(|path| path.extension().is_some_and(|ext| ext == "wal"))
+        .collect();
+    files.sort();
+    files
+}
+
+#[test]
+fn entries_survive_a_reopen_across_segments() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let wal = Wal::open_with(dir.path(), SMALL).expect("open");
+    append(&wal, &entries(1..4, 1));
+    append(&wal, &entries(4..20, 1));
+    assert!(segment_files(dir.path()).len() > 3, "small segments roll over");
+    assert_eq!(wal.read(1, 20).expect("read"), entries(1..20, 1));
+    assert_eq!(wal.read(5, 9).expect("read"), entries(5..9, 1));
+    drop(wal);
+
+    let wal = Wal::open_with(dir.path(), SMALL).expect("reopen");
+    assert_eq!(wal.bounds(), Some((1, 19)));
+    assert_eq!(wal.read(0, 100).expect("read"), entries(1..20, 1));
+    // Appends after a reopen go to a new segment and read back with the rest.
+    let before = segment_files(dir.path()).len();
+    append(&wal, &entries(20..22, 2));
+    assert_eq!(segment_files(dir.path()).len(), before + 1);
+    drop(wal);
+    let wal = Wal::open_with(dir.path(), SMALL).expect("reopen");
+    assert_eq!(wal.read(18, 22).expect("read"), [entries(18..20, 1), entries(20..22, 2)].concat());
+}
+
+#[test]
+fn a_torn_record_ends_the_log_and_what_followed_it_is_cut_away() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let wal = Wal::open_with(dir.path(), SEGMENT_BYTES).expect("open");
+    append(&wal, &entries(1..6, 1));
+    drop(wal);
+    // Flip a byte in the payload of entry 3: entries 3, 4 and 5 are gone, never to come back.
+    let file = segment_files(dir.path()).pop().expect("a segment");
+    let mut bytes = std::fs::read(&file).expect("read");
+    let at = (HEADER + entry(1, 1).1.len()) + (HEADER + entry(2, 1).1.len()) + HEADER + 3;
+    bytes[at] ^= 0xff;
+    std::fs::write(&file, &bytes).expect("write");
+
+    let wal = Wal::open_with(dir.path(), SEGMENT_BYTES).expect("reopen");
+    assert_eq!(wal.bounds(), Some((1, 2)));
+    assert_eq!(wal.read(1, 10).expect("read"), entries(1..3, 1));
+    let cut = (HEADER + entry(1, 1).1.len()) + (HEADER + entry(2, 1).1.len());
+    assert_eq!(std::fs::metadata(&file).expect("metadata").len(), cut as u64, "cut to its whole records");
+    // The log goes on from entry 3, in a new segment.
+    append(&wal, &entries(3..5, 9));
+    drop(wal);
+    let wal = Wal::open_with(dir.path(), SEGMENT_BYTES).expect("reopen");
+    assert_eq!(wal.read(1, 10).expect("read"), [entries(1..3, 1), entries(3..5, 9)].concat());
+}
+
+#[test]
+fn a_truncation_survives_a_reopen_and_the_log_goes_on_after_it() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let wal = Wal::open_with(dir.path(), SMALL).expect("open");
+    append(&wal, &entries(1..20, 1));
+    wal.truncate(8).expect("truncate");
+    assert_eq!(wal.bounds(), Some((1, 7)));
+    assert!(wal.append(&[entry(5, 2)], true).is_err(), "an append over entries the log holds is refused");
+    append(&wal, &entries(8..12, 2));
+    drop(wal);
+    let wal = Wal::open_with(dir.path(), SMALL).expect("reopen");
+    assert_eq!(wal.read(1, 30).expect("read"), [entries(1..8, 1), entries(8..12, 2)].concat());
+    // Truncating at a segment's first entry removes that segment whole.
+    wal.truncate(1).expect("truncate all");
+    assert_eq!(wal.bounds(), None);
+    assert!(segment_files(dir.path()).is_empty());
+}
+
+#[test]
+fn a_purge_removes_whole_segments_and_an_append_may_start_after_a_gap() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let wal = Wal::open_with(dir.path(), SMALL).expect("open");
+    append(&wal, &entries(1..20, 1));
+    let files = segment_files(dir.path()).len();
+    wal.purge(10).expect("purge");
+    assert_eq!(wal.bounds(), Some((11, 19)));
+    assert!(segment_files(dir.path()).len() < files, "segments holding only purged entries are gone");
+    assert_eq!(wal.read(0, 20).expect("read"), entries(11..20, 1), "purged entries are not read");
+    // After a snapshot install: everything purged, the next entry far later, in a segment named after
+    // every earlier one (a name is never used twice).
+    let newest = segment_files(dir.path()).pop().expect("a segment");
+    wal.purge(100).expect("purge all");
+    assert_eq!(wal.bounds(), None);
+    assert!(segment_files(dir.path()).is_empty());
+    append(&wal, &entries(101..103, 3));
+    assert!(segment_files(dir.path())[0] > newest, "{:?}", segment_files(dir.path()));
+    drop(wal);
+    let wal = Wal::open_with(dir.path(), SMALL).expect("reopen");
+    assert_eq!(wal.read(0, 200).expect("read"), entries(101..103, 3));
+}
+
+#[test]
+fn a_segment_starting_inside_the_previous_one_is_refused_as_corruption() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let wal = Wal::open_with(dir.path(), SEGMENT_BYTES).expect("open");
+    append(&wal, &entries(1..6, 1));
+    drop(wal);
+    let file = segment_files(dir.path()).pop().expect("a segment");
+    std::fs::copy(&file, dir.path().join(format!("{:016x}-{:016x}.wal", 7, 3))).expect("copy");
+    let err = Wal::open_with(dir.path(), SEGMENT_BYTES).expect_err("refused");
+    assert_eq!(err.kind(), io::ErrorKind::InvalidData);
+    assert!(err.to_string().contains("inside the previous segment"), "{err}");
+}
+
+#[test]
+fn a_read_of_entries_cut_meanwhile_returns_those_before_the_cut() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let wal = Wal::open_with(dir.path(), SEGMENT_BYTES).expect("open");
+    append(&wal, &entries(1..10, 1));
+    // What a truncation does to the file after a read found its offsets and released the lock.
+    let file = segment_files(dir.path()).pop().expect("a segment");
+    let cut: usize = (1..5).map(|i| HEADER + entry(i, 1).1.len()).sum();
+    std::fs::OpenOptions::new().write(true).open(&file).expect("open").set_len(cut as u64).expect("cut");
+    assert_eq!(wal.read(1, 10).expect("read"), entries(1..5, 1));
+    assert_eq!(wal.read(3, 5).expect("read"), entries(3..5, 1));
+    assert_eq!(wal.read(6, 10).expect("read"), Vec::new());
+}
