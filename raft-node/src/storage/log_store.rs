@@ -134,8 +134,8 @@ impl LogStore {
     pub fn open(db: &sled::Db, dir: &Path) -> Result<Self, StorageError> {
         let opening = std::time::Instant::now();
         let wal = Wal::open(&dir.join(WAL_DIR)).map_err(|e| StorageIOError::read_logs(&e))?;
-        let (first, last) = wal.bounds().unwrap_or_default();
-        tracing::info!(took = ?opening.elapsed(), first, last, "opened the Raft log");
+        let entries = wal.bounds().map(|(first, last)| format!("{first}..={last}"));
+        tracing::info!(took = ?opening.elapsed(), entries = entries.as_deref().unwrap_or("none"), "opened the Raft log");
         let log = Self {
             db: db.clone(),
             state: db.open_tree(RAFT_STATE).map_err(|e| StorageIOError::read_logs(&e))?,
