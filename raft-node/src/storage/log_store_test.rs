@@ -191,6 +191,26 @@ async fn a_log_kept_in_sled_by_an_earlier_build_moves_into_segment_files() {
     }
 }
 
+/// A start that stopped part way through the move (the segment files hold a prefix of the old log, the
+/// sled tree all of it) moves the rest at the next start.
+#[tokio::test]
+async fn a_move_cut_short_goes_on_at_the_next_start() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let written = mixed(1, 1, 9);
+    write_legacy_log(dir.path(), &written, log_pieces::CHUNK_BYTES, None);
+    {
+        let wal = Wal::open(&dir.path().join(WAL_DIR)).expect("wal");
+        let moved: Vec<(u64, Vec<u8>)> =
+            written[..4].iter().map(|entry| (entry.log_id.index, encode(entry).expect("encode"))).collect();
+        for file in wal.append(&moved, true).expect("append") {
+            file.sync_data().expect("sync");
+        }
+    }
+    let (mut log, _sm, _store) = crate::storage::reopen(dir.path());
+    assert_eq!(log.try_get_log_entries(..).await.expect("read"), written);
+    assert!(log.db.open_tree(log_pieces::LOGS).expect("tree").is_empty());
+}
+
 #[tokio::test]
 async fn the_tail_keeps_a_bounded_number_of_bytes() {
     let dir = tempfile::tempdir().expect("tempdir");
