@@ -444,15 +444,12 @@ impl RaftLogStorage<TypeConfig> for LogStore {
             let bytes = encode(entry).map_err(|e| StorageIOError::write_log_entry(entry.log_id, &e))?;
             records.push((entry.log_id.index, bytes));
         }
-        let written = self.wal.append(&records, !self.no_fsync);
-        let sizes: Vec<usize> = records.iter().map(|(_, bytes)| bytes.len()).collect();
-        drop(records);
         // Entries are readable now; they are reported persisted only once on disk.
-        let synced = match written {
+        let synced = match self.wal.append(&records, !self.no_fsync) {
             Ok(files) => {
-                for (entry, size) in entries.into_iter().zip(sizes) {
-                    self.remember(entry, size);
-                    self.appended.fetch_add(size as u64, Ordering::Relaxed);
+                for (entry, (_, bytes)) in entries.into_iter().zip(records) {
+                    self.remember(entry, bytes.len());
+                    self.appended.fetch_add(bytes.len() as u64, Ordering::Relaxed);
                 }
                 self.sync(files).await
             }
