@@ -145,7 +145,7 @@ impl Route {
 
     /// The current leader, waiting for one until `deadline`.
     async fn wait_for_leader(&self, deadline: Instant) -> Result<NodeId, Error> {
-        let mut metrics = self.raft().metrics();
+        let mut metrics = self.raft().server_metrics();
         let known = tokio::time::timeout_at(deadline, metrics.wait_for(|m| m.current_leader.is_some())).await;
         match known {
             Ok(Ok(m)) => m.current_leader.ok_or(Error::NoLeader),
@@ -178,7 +178,7 @@ impl Route {
                 Err(Error::NotLeader) if Instant::now() + RETRY_PAUSE < deadline => {
                     // Ask again as soon as this member hears of another leader (a hand-over ends with the
                     // new leader's first append), or after a pause.
-                    let mut metrics = self.raft().metrics();
+                    let mut metrics = self.raft().server_metrics();
                     let moved = metrics.wait_for(|m| m.current_leader.is_some_and(|now| now != leader));
                     let _ = tokio::time::timeout(RETRY_PAUSE, moved).await;
                 }

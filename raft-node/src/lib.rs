@@ -79,6 +79,7 @@ pub mod probe;
 pub mod read_index;
 pub mod reconfig;
 pub mod restore;
+pub mod runtime;
 pub mod server;
 pub mod snapshot_policy;
 pub mod storage;

@@ -8,9 +8,15 @@
 #[global_allocator]
 static ALLOCATOR: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
 
-#[tokio::main]
-async fn main() -> std::process::ExitCode {
+fn main() -> std::process::ExitCode {
     // Without it freed pages go back only when a thread allocates again.
     let _ = tikv_jemalloc_ctl::background_thread::write(true);
-    raft_node::cli::main().await
+    // One thread on small machines, workers on big ones (see `raft_node::runtime`).
+    match raft_node::runtime::build() {
+        Ok(runtime) => runtime.block_on(raft_node::cli::main()),
+        Err(err) => {
+            eprintln!("raft-node: {err}");
+            std::process::ExitCode::FAILURE
+        }
+    }
 }

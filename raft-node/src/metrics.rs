@@ -134,9 +134,11 @@ impl Metrics {
 }
 
 /// Counts leader changes as etcd does: each time a leader is known that is not the last one seen (a
-/// leader lost and found again counts again). Runs until Raft stops.
+/// leader lost and found again counts again). Runs until Raft stops. It watches openraft's server
+/// metrics, which change with the leader, vote or membership only (its full metrics change several times
+/// per write, waking every watcher).
 pub async fn count_leader_changes(raft: Raft) {
-    let mut watch = raft.metrics();
+    let mut watch = raft.server_metrics();
     let mut last = None;
     loop {
         let leader = watch.borrow_and_update().current_leader;

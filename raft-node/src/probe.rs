@@ -20,7 +20,7 @@ const PROBE_TIMEOUT: Duration = Duration::from_secs(3);
 
 /// Probes every peer in the membership until Raft stops.
 pub async fn probe_peers(network: PeerNetwork, raft: Raft, own: NodeId) {
-    let mut watch = raft.metrics();
+    let mut watch = raft.server_metrics();
     let mut tick = tokio::time::interval(PROBE_INTERVAL);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
     loop {

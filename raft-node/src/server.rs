@@ -466,10 +466,13 @@ fn log_quota(config: &Config) {
 }
 
 /// Resolves once this member, having been part of the membership, is no longer in it (as etcd, a removed
-/// member stops).
+/// member stops). Server metrics, as [`metrics::count_leader_changes`]: they change with the membership,
+/// not with every write.
 async fn removed_from_cluster(raft: Raft, id: NodeId) {
-    let mut metrics = raft.metrics();
-    let contains = |m: &crate::typ::RaftMetrics| m.membership_config.membership().get_node(&id).is_some();
+    let mut metrics = raft.server_metrics();
+    let contains = |m: &openraft::metrics::RaftServerMetrics<NodeId, crate::typ::MemberNode>| {
+        m.membership_config.membership().get_node(&id).is_some()
+    };
     if metrics.wait_for(contains).await.is_err() || metrics.wait_for(|m| !contains(m)).await.is_err() {
         // Raft stopped: the member is shutting down anyway.
         std::future::pending::<()>().await;

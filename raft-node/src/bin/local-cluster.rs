@@ -63,12 +63,18 @@ fn relay(name: &'static str, stream: impl tokio::io::AsyncRead + Unpin + Send + 
 /// local-cluster` needs no other binary).
 const MEMBER_ENV: &str = "LOCAL_CLUSTER_MEMBER";
 
-#[tokio::main]
-async fn main() -> anyhow::Result<()> {
+fn main() -> anyhow::Result<()> {
     if std::env::var_os(MEMBER_ENV).is_some() {
-        let code = run_member().await;
+        // A member runs on the runtime `raft-node` picks (see `raft_node::runtime`).
+        let runtime = raft_node::runtime::build().map_err(anyhow::Error::msg)?;
+        let code = runtime.block_on(run_member());
         std::process::exit(if code == std::process::ExitCode::SUCCESS { 0 } else { 1 });
     }
+    tokio::runtime::Runtime::new()?.block_on(supervise())
+}
+
+/// Starts the three members and relays their output until Ctrl-C or SIGTERM.
+async fn supervise() -> anyhow::Result<()> {
     let args = Args::parse();
     let exe = std::env::current_exe()?;
     std::fs::create_dir_all(&args.dir)?;

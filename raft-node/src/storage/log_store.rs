@@ -297,33 +297,35 @@ impl LogStore {
         }
     }
 
-    /// Flushes the sled database (the vote and the log pointers), in this task (see [`Self::sync`]).
+    /// Flushes the sled database (the vote and the log pointers), off the runtime's other tasks (see [`Self::sync`]).
     async fn flush_state(&self) -> Result<(), sled::Error> {
         if self.no_fsync {
             return Ok(());
         }
-        Self::blocking(|| self.db.flush().map(|_| ()))
+        let db = self.db.clone();
+        crate::runtime::blocking(move || db.flush().map(|_| ())).await.map_err(sled::Error::Io)?
     }
 
-    /// Syncs `files` (appended segments), in this task: openraft 0.9's core waits for the sync anyway,
-    /// and handing it to a blocking thread cost two thread wake-ups per append. `block_in_place` lets
-    /// the runtime move this worker's other tasks elsewhere meanwhile.
+    /// Syncs `files` (appended segments), off the runtime's other tasks (see
+    /// [`crate::runtime::blocking`]): on a single-threaded runtime the leader's early sends go out meanwhile.
     async fn sync(&self, files: Vec<Arc<File>>) -> io::Result<()> {
         if self.no_fsync || files.is_empty() {
             return Ok(());
         }
-        Self::blocking(|| {
+        crate::runtime::blocking(move || {
             let start = std::time::Instant::now();
             let synced = files.iter().try_for_each(|file| file.sync_data());
             crate::metrics::metrics().wal_fsync.observe(start.elapsed());
             synced
         })
+        .await?
     }
 
     fn blocking<T>(work: impl FnOnce() -> T) -> T {
         match tokio::runtime::Handle::current().runtime_flavor() {
             tokio::runtime::RuntimeFlavor::MultiThread => tokio::task::block_in_place(work),
-            // A single-threaded runtime (unit tests) has no other worker to move tasks to.
+            // A single-threaded runtime (the Raft thread, unit tests) has no other worker to move tasks
+            // to: truncations and purges are rare and short, so they run here.
             _ => work(),
         }
     }
