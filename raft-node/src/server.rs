@@ -26,6 +26,7 @@ use proto::etcdserverpb as pb;
 use proto::raftpb;
 use proto::v3electionpb::election_server::ElectionServer;
 use proto::v3lockpb::lock_server::LockServer;
+use tokio::runtime::Handle;
 use tokio::sync::watch;
 use tokio_stream::wrappers::{TcpListenerStream, UnixListenerStream};
 use tokio_stream::StreamExt;
@@ -119,6 +120,9 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> anyhow::
         member_id = format!("{:x}", identity.member_id),
         cluster_id = format!("{:x}", identity.cluster_id),
         initial_cluster_state = config.initial_cluster_state,
+        // etcd names the CPUs it may use here; ours adds the threads its tasks run on (`runtime.rs`).
+        max_cpu_available = std::thread::available_parallelism().map_or(1, usize::from),
+        runtime_threads = Handle::current().metrics().num_workers(),
         "starting an etcd server"
     );
     // --wal-dir: the Raft log's database on a path (a disk) of its own, as etcd's WAL.

@@ -180,6 +180,8 @@ async fn a_config_file_or_etcd_variables_start_a_member() -> anyhow::Result<()> 
         ("ETCD_INITIAL_CLUSTER", cluster.as_str()),
         ("ETCD_STRICT_RECONFIG_CHECK", "false"),
         ("ETCD_MAX_WALS", "0"),
+        // tokio's multi-threaded runtime, which a member on this 2-core machine does not choose itself.
+        ("TOKIO_WORKER_THREADS", "2"),
     ];
     let mut member = Spawned::start(&ours()?, env_dir.path(), &[], &env)?;
     member.wait_for_log("ready to serve client requests", START_TIMEOUT).await?;
@@ -188,6 +190,7 @@ async fn a_config_file_or_etcd_variables_start_a_member() -> anyhow::Result<()> 
     assert!(env_dir.path().join("from-env.etcd").is_dir(), "the data dir defaults to <name>.etcd");
     // A tuning flag with nothing to act on here is said so in the log.
     assert!(member.log().contains("--max-wals has no effect here"), "{}", member.log());
+    assert!(member.log().contains("runtime_threads=2"), "{}", member.log());
     Ok(())
 }
 
@@ -216,6 +219,11 @@ async fn flags_it_cannot_honour_stop_it_with_one_line() -> anyhow::Result<()> {
         assert!(log.starts_with(line), "{args:?}: {log:?}");
         std::fs::remove_file(dir.path().join("raft-node.log")).context("log")?;
     }
+    let mut member = Spawned::start(&ours()?, dir.path(), &[], &[("TOKIO_WORKER_THREADS", "many")])?;
+    let exit = member.wait_exit(Duration::from_secs(10)).await?;
+    let log = member.log();
+    assert_eq!(exit, Some(1), "{log}");
+    assert_eq!(log, "raft-node: invalid TOKIO_WORKER_THREADS \"many\": want a number of threads, 1 or more\n");
     Ok(())
 }
 
