@@ -257,6 +257,17 @@ impl Wal {
         Some((first, segments.last()?.next() - 1))
     }
 
+    /// Whether `entries` would all go into the current segment, without moving to a new one (which
+    /// allocates its file: tens of milliseconds under write-back). Conservative: `false` may still fit.
+    pub(crate) fn fits(&self, entries: &[(u64, Vec<u8>)]) -> bool {
+        let segments = self.segments.lock();
+        let Some(last) = segments.last() else { return false };
+        let bytes: u64 = entries.iter().map(|(_, payload)| (HEADER + payload.len()) as u64).sum();
+        last.appendable
+            && entries.first().is_some_and(|(index, _)| *index == last.next())
+            && last.end() + bytes < self.segment_bytes
+    }
+
     /// Writes the records of `entries` (index, encoded entry; consecutive indexes, starting at the
     /// log's next one or after a gap) and returns the files to sync before they count as durable.
     pub(crate) fn append(&self, entries: &[(u64, Vec<u8>)], sync: bool) -> io::Result<Vec<ToSync>> {

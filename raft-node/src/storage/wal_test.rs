@@ -142,3 +142,22 @@ fn a_read_of_entries_cut_meanwhile_returns_those_before_the_cut() {
     assert_eq!(wal.read(3, 5).expect("read"), entries(3..5, 1));
     assert_eq!(wal.read(6, 10).expect("read"), Vec::new());
 }
+
+/// `fits` says whether an append stays in the current segment: never after an open (no segment takes
+/// appends yet), nor past the segment's size, nor after a gap; and where it says so, no file is made.
+#[test]
+fn fits_says_whether_an_append_stays_in_the_current_segment() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let wal = Wal::open_with(dir.path(), SMALL).expect("open");
+    assert!(!wal.fits(&entries(1..2, 1)), "an empty log has no segment to append to");
+    append(&wal, &entries(1..2, 1));
+    assert!(wal.fits(&entries(2..3, 1)));
+    assert!(!wal.fits(&entries(3..4, 1)), "a gap starts a new segment");
+    assert!(!wal.fits(&entries(2..5, 1)), "past SMALL bytes");
+    let files = segment_files(dir.path());
+    append(&wal, &entries(2..3, 1));
+    assert_eq!(segment_files(dir.path()), files, "what fits made no file");
+    drop(wal);
+    let wal = Wal::open_with(dir.path(), SMALL).expect("reopen");
+    assert!(!wal.fits(&entries(3..4, 1)), "segments of an earlier run take no appends");
+}
