@@ -56,9 +56,15 @@ impl Spawned {
 
     /// Waits until the log has `line`, failing with the log if the process exits or `timeout` passes.
     pub async fn wait_for_log(&mut self, line: &str, timeout: Duration) -> anyhow::Result<()> {
+        self.wait_for_log_count(line, 1, timeout).await
+    }
+
+    /// Waits until the log has `line` at least `count` times: processes started in one directory share
+    /// its log, so a restarted one's line is the next of them, not the first.
+    pub async fn wait_for_log_count(&mut self, line: &str, count: usize, timeout: Duration) -> anyhow::Result<()> {
         let deadline = Instant::now() + timeout;
         loop {
-            if self.log().contains(line) {
+            if self.log().matches(line).count() >= count {
                 return Ok(());
             }
             if let Some(status) = self.child.try_wait()? {
