@@ -347,7 +347,7 @@ impl LogStore {
     fn blocking<T>(work: impl FnOnce() -> T) -> T {
         match tokio::runtime::Handle::current().runtime_flavor() {
             tokio::runtime::RuntimeFlavor::MultiThread => tokio::task::block_in_place(work),
-            // A single-threaded runtime (the Raft thread, unit tests) has no other worker to move tasks
+            // A single-threaded runtime (a member on one thread, unit tests) has no other worker to move tasks
             // to: truncations and purges are rare and short, so they run here.
             _ => work(),
         }
