@@ -312,13 +312,7 @@ impl LogStore {
         if self.no_fsync || files.is_empty() {
             return Ok(());
         }
-        crate::runtime::blocking(move || {
-            let start = std::time::Instant::now();
-            let synced = files.iter().try_for_each(|file| file.sync_data());
-            crate::metrics::metrics().wal_fsync.observe(start.elapsed());
-            synced
-        })
-        .await?
+        crate::runtime::blocking(move || sync_files(&files)).await?
     }
 
     /// Keeps written `entries` (`records`, their encodings) in the tail and counts their bytes.
@@ -341,15 +335,6 @@ impl LogStore {
                 callback.log_io_completed(Err(e));
                 Err(err.into())
             }
-        }
-    }
-
-    fn blocking<T>(work: impl FnOnce() -> T) -> T {
-        match tokio::runtime::Handle::current().runtime_flavor() {
-            tokio::runtime::RuntimeFlavor::MultiThread => tokio::task::block_in_place(work),
-            // A single-threaded runtime (a member on one thread, unit tests) has no other worker to move tasks
-            // to: truncations and purges are rare and short, so they run here.
-            _ => work(),
         }
     }
 }
@@ -403,6 +388,14 @@ impl RaftLogReader<TypeConfig> for LogStore {
         let (start, end) = half_open(&range, u64::MAX - 1);
         self.read_range(start, end)
     }
+}
+
+/// Syncs appended segment files, timing it for `etcd_disk_wal_fsync_duration_seconds`. Blocking.
+fn sync_files(files: &[Arc<File>]) -> io::Result<()> {
+    let start = std::time::Instant::now();
+    let synced = files.iter().try_for_each(|file| file.sync_data());
+    crate::metrics::metrics().wal_fsync.observe(start.elapsed());
+    synced
 }
 
 impl RaftLogStorage<TypeConfig> for LogStore {
@@ -476,7 +469,7 @@ impl RaftLogStorage<TypeConfig> for LogStore {
         let synced = if !self.no_fsync && !self.wal.fits(&records) {
             let wal = self.wal.clone();
             let written = crate::runtime::blocking(move || -> io::Result<Vec<(u64, Vec<u8>)>> {
-                wal.append(&records, true)?.iter().try_for_each(|file| file.sync_data())?;
+                sync_files(&wal.append(&records, true)?)?;
                 Ok(records)
             });
             written.await.and_then(|written| written).map(|records| self.keep(entries, &records))
@@ -495,7 +488,11 @@ impl RaftLogStorage<TypeConfig> for LogStore {
     /// Removes `log_id` and every later entry.
     async fn truncate(&mut self, log_id: LogId) -> Result<(), StorageError> {
         self.tail.lock().retain(|entry| entry.log_id.index < log_id.index);
-        Self::blocking(|| self.wal.truncate(log_id.index)).map_err(|e| StorageIOError::write_logs(&e))?;
+        let wal = self.wal.clone();
+        crate::runtime::blocking(move || wal.truncate(log_id.index))
+            .await
+            .and_then(|truncated| truncated)
+            .map_err(|e| StorageIOError::write_logs(&e))?;
         Ok(())
     }
 
@@ -505,7 +502,11 @@ impl RaftLogStorage<TypeConfig> for LogStore {
         self.write_state(KEY_LAST_PURGED, &log_id)?;
         self.flush_state().await.map_err(|e| StorageIOError::write_logs(&e))?;
         self.tail.lock().retain(|entry| entry.log_id.index > log_id.index);
-        Self::blocking(|| self.wal.purge(log_id.index)).map_err(|e| StorageIOError::write_logs(&e))?;
+        let wal = self.wal.clone();
+        crate::runtime::blocking(move || wal.purge(log_id.index))
+            .await
+            .and_then(|purged| purged)
+            .map_err(|e| StorageIOError::write_logs(&e))?;
         Ok(())
     }
 }
