@@ -42,6 +42,7 @@
 //! - [`restore`]: a new member's data dir from a snapshot file (`kvutl snapshot restore`).
 //! - [`offline`]: `kvutl defrag` and `kvutl hashkv` on a stopped member's data dir.
 
+pub mod append_stream;
 pub mod authority;
 pub mod auto_compaction;
 pub mod bootstrap;

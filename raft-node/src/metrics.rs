@@ -43,6 +43,9 @@ pub struct Metrics {
     pub early_commit_notices: AtomicU64,
     /// RPCs to a peer moved to its other connection after one ran out of time (`network`).
     pub peer_lane_switches: AtomicU64,
+    /// Append streams opened to peers (`append_stream`), and the appends sent on them.
+    pub peer_append_streams: AtomicU64,
+    pub peer_stream_appends: AtomicU64,
     pub health_success: AtomicU64,
     pub health_failures: AtomicU64,
     /// `/livez` and `/readyz` checks by (name, type), Prometheus' order: the last result and the runs by
@@ -75,6 +78,8 @@ pub fn metrics() -> &'static Metrics {
         early_answers: AtomicU64::new(0),
         early_commit_notices: AtomicU64::new(0),
         peer_lane_switches: AtomicU64::new(0),
+        peer_append_streams: AtomicU64::new(0),
+        peer_stream_appends: AtomicU64::new(0),
         health_success: AtomicU64::new(0),
         health_failures: AtomicU64::new(0),
         health_checks: Mutex::default(),
@@ -333,6 +338,18 @@ pub fn render(view: &MemberView) -> String {
             "Times an RPC to a peer ran out of time and later ones moved to the peer's other connection.",
             COUNTER,
             load(&m.peer_lane_switches),
+        ),
+        (
+            "raft_node_peer_append_streams_total",
+            "Append streams this member opened to its peers (its appends then go on them, not as calls).",
+            COUNTER,
+            load(&m.peer_append_streams),
+        ),
+        (
+            "raft_node_peer_stream_appends_total",
+            "Appends this member sent to its peers on append streams.",
+            COUNTER,
+            load(&m.peer_stream_appends),
         ),
         (
             "etcd_server_health_success",

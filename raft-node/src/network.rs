@@ -37,6 +37,7 @@ use serde::de::DeserializeOwned;
 use serde::Serialize;
 use tonic::transport::Channel;
 
+use crate::append_stream::{AppendStream, Sent};
 use crate::connectivity::Connectivity;
 use crate::dial::PeerDialer;
 use crate::early_append::{self, EarlyAppends};
@@ -88,6 +89,8 @@ struct PeerLanes {
     /// The first lane's channel, for the health probes.
     first: Channel,
     lanes: Lanes<RaftPeerClient<Channel>>,
+    /// Each lane's append stream.
+    streams: Vec<AppendStream>,
 }
 
 impl PeerLanes {
@@ -99,7 +102,8 @@ impl PeerLanes {
                 RaftPeerClient::new(channel).max_decoding_message_size(usize::MAX).max_encoding_message_size(usize::MAX)
             })
             .collect();
-        Self { first, lanes: Lanes::new(clients) }
+        let streams = (0..lanes::LANES).map(|_| AppendStream::default()).collect();
+        Self { first, lanes: Lanes::new(clients), streams }
     }
 
     /// An RPC on `lane` ran out of time: later ones take the next lane, unless another RPC that timed
@@ -200,9 +204,22 @@ impl Link {
         message: raftpb::RaftMessage,
         ttl: Duration,
     ) -> RpcResult<AppendEntriesResponse<NodeId>, RaftError<NodeId>> {
-        let mut request = tonic::Request::new(message);
-        request.set_timeout(ttl);
         let (in_flight, mut client) = self.client(None)?;
+        // On the lane's append stream (see `append_stream`), or as a call of its own while it is not open.
+        let stream = in_flight.lanes.streams.get(in_flight.lane);
+        let payload = match stream {
+            Some(stream) => match stream.send(&client, message.payload, ttl).await {
+                Sent::Answered(reply) => {
+                    let reply = reply.map(|payload| tonic::Response::new(raftpb::RaftMessage { payload }));
+                    in_flight.settle(&reply);
+                    return self.reply(reply);
+                }
+                Sent::NotOpen(payload) => payload,
+            },
+            None => message.payload,
+        };
+        let mut request = tonic::Request::new(raftpb::RaftMessage { payload });
+        request.set_timeout(ttl);
         let reply = client.append_entries(request).await;
         in_flight.settle(&reply);
         self.reply(reply)

@@ -6,6 +6,7 @@ use std::time::SystemTime;
 use proto::raftpb;
 use serde::de::DeserializeOwned;
 use serde::Serialize;
+use tokio_stream::wrappers::UnboundedReceiverStream;
 use tonic::{Request, Response, Status, Streaming};
 
 use crate::leader::Leader;
@@ -22,11 +23,13 @@ pub type PeerHash = Result<(u32, i64, i64), String>;
 
 pub struct PeerService {
     leader: Leader,
+    /// Turns true when the member stops: its append streams end then, so that the server can drain.
+    stop: tokio::sync::watch::Receiver<bool>,
 }
 
 impl PeerService {
-    pub fn new(leader: Leader) -> Self {
-        Self { leader }
+    pub fn new(leader: Leader, stop: tokio::sync::watch::Receiver<bool>) -> Self {
+        Self { leader, stop }
     }
 }
 
@@ -40,8 +43,55 @@ fn reply<T: Serialize>(result: &T) -> Result<Response<raftpb::RaftMessage>, Stat
     Ok(Response::new(raftpb::RaftMessage { payload }))
 }
 
+/// The answers of one append stream (see [`raftpb::raft_peer_server::RaftPeer::append_stream`]).
+pub type AnswerStream = UnboundedReceiverStream<Result<raftpb::TaggedMessage, Status>>;
+
 #[tonic::async_trait]
 impl raftpb::raft_peer_server::RaftPeer for PeerService {
+    type AppendStreamStream = AnswerStream;
+
+    /// Each append that arrives goes to Raft at once, in a task of its own, as a call of its own would:
+    /// the follower's Raft takes the next append while it flushes the one before, and answers go back
+    /// as they are ready, tagged with their append's id.
+    async fn append_stream(
+        &self,
+        request: Request<Streaming<raftpb::TaggedMessage>>,
+    ) -> Result<Response<Self::AppendStreamStream>, Status> {
+        let mut appends = request.into_inner();
+        let (answers, answer_stream) = tokio::sync::mpsc::unbounded_channel();
+        let raft = self.leader.raft.clone();
+        let mut stop = self.stop.clone();
+        tokio::spawn(async move {
+            // Ends with the stream (the peer closed it, or its connection went), or when this member stops
+            // (the stream would otherwise hold the server's drain forever; the peer's appends waiting
+            // on it get an error, as on a closed connection).
+            loop {
+                let append = tokio::select! {
+                    append = appends.message() => match append {
+                        Ok(Some(append)) => append,
+                        _ => break,
+                    },
+                    _ = stop.wait_for(|stopped| *stopped) => break,
+                };
+                let (raft, answers) = (raft.clone(), answers.clone());
+                tokio::spawn(async move {
+                    let answer = match decode(&append.payload) {
+                        Ok(rpc) => {
+                            encode(&raft.append_entries(rpc).await).map_err(|e| format!("encoding a Raft reply: {e}"))
+                        }
+                        Err(e) => Err(format!("undecodable Raft message: {e}")),
+                    };
+                    let (payload, error) = match answer {
+                        Ok(payload) => (payload, String::new()),
+                        Err(error) => (Vec::new(), error),
+                    };
+                    let _ = answers.send(Ok(raftpb::TaggedMessage { id: append.id, payload, error }));
+                });
+            }
+        });
+        Ok(Response::new(UnboundedReceiverStream::new(answer_stream)))
+    }
+
     async fn append_entries(
         &self,
         request: Request<raftpb::RaftMessage>,

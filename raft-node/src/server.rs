@@ -305,7 +305,7 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> anyhow::
     let mut servers = tokio::task::JoinSet::new();
     // Peers first: Raft needs them to elect a leader and to publish this member.
     let hand_over = leader.clone();
-    let peer = raftpb::raft_peer_server::RaftPeerServer::new(PeerService::new(leader))
+    let peer = raftpb::raft_peer_server::RaftPeerServer::new(PeerService::new(leader, stop_rx.clone()))
         .max_decoding_message_size(usize::MAX)
         .max_encoding_message_size(usize::MAX);
     for (addr, tls) in peer_addrs.into_iter().zip(peer_tls) {

@@ -1,18 +1,21 @@
 //! Writes one after another to the leader: every member stores each at the revision its writer was
 //! told. On ours the leader sends each write's entry to its followers while it flushes it itself, and
 //! its replication's own append of the entry is answered by the follower's answer to that early one
-//! (`raft_node_early_appends_total`, `raft_node_early_append_answers_total`).
+//! (`raft_node_early_appends_total`, `raft_node_early_append_answers_total`). The appends go on
+//! long-lived streams, one per connection (`raft_node_peer_stream_appends_total`), not as calls of their
+//! own.
 
 use tests::http::{self, Metrics};
 use tests::{Cluster, ClusterMember, ServerKind};
 
 const WRITES: usize = 60;
 
-async fn early(member: &ClusterMember) -> anyhow::Result<(f64, f64)> {
+async fn early(member: &ClusterMember) -> anyhow::Result<(f64, f64, f64)> {
     let metrics = Metrics::parse(&http::get(&member.client_url(), "/metrics").await?.body)?;
     Ok((
         metrics.value("raft_node_early_appends_total", &[]),
         metrics.value("raft_node_early_append_answers_total", &[]),
+        metrics.value("raft_node_peer_stream_appends_total", &[]),
     ))
 }
 
@@ -21,7 +24,7 @@ async fn serial_writes_reach_every_member_and_the_leader_sends_them_while_it_flu
     let cluster = Cluster::start(3).await?;
     let leader = cluster.leader().await?;
     let ours = cluster.kind() == ServerKind::Ours;
-    let before = if ours { early(cluster.member(leader)).await? } else { (0.0, 0.0) };
+    let before = if ours { early(cluster.member(leader)).await? } else { (0.0, 0.0, 0.0) };
 
     let mut client = cluster.member(leader).client().await?;
     let mut told = Vec::new();
@@ -50,7 +53,11 @@ async fn serial_writes_reach_every_member_and_the_leader_sends_them_while_it_flu
         // Two followers: up to two early appends per write, each answering the replication's append.
         assert!(sent >= WRITES as f64 && sent <= 2.0 * WRITES as f64 + 4.0, "{sent} early appends for {WRITES} writes");
         assert!(answered >= WRITES as f64 && answered <= sent, "{answered} answered by {sent} early appends");
-        eprintln!("{WRITES} writes: {sent} early appends, {answered} appends answered by them");
+        // Every early append, and the commit notices and heartbeats, are appends; all but those sent while
+        // a stream opened go on the streams.
+        let streamed = after.2 - before.2;
+        assert!(streamed >= sent - 4.0, "{streamed} appends on streams, {sent} early appends");
+        eprintln!("{WRITES} writes: {sent} early appends, {answered} appends answered by them, {streamed} on streams");
     }
     Ok(())
 }
