@@ -205,6 +205,7 @@ mod tests {
             "raftpb.RaftPeer",
             &[
                 ("AppendEntries", false, false),
+                ("AppendStream", true, true),
                 ("Vote", false, false),
                 ("InstallSnapshot", true, false),
                 ("Forward", false, false),
