@@ -96,13 +96,13 @@ struct PeerLanes {
 impl PeerLanes {
     fn new(channels: Vec<Channel>) -> Self {
         let first = channels[0].clone();
+        let streams = channels.iter().map(|_| AppendStream::default()).collect();
         let clients = channels
             .into_iter()
             .map(|channel| {
                 RaftPeerClient::new(channel).max_decoding_message_size(usize::MAX).max_encoding_message_size(usize::MAX)
             })
             .collect();
-        let streams = (0..lanes::LANES).map(|_| AppendStream::default()).collect();
         Self { first, lanes: Lanes::new(clients), streams }
     }
 
@@ -206,17 +206,13 @@ impl Link {
     ) -> RpcResult<AppendEntriesResponse<NodeId>, RaftError<NodeId>> {
         let (in_flight, mut client) = self.client(None)?;
         // On the lane's append stream (see `append_stream`), or as a call of its own while it is not open.
-        let stream = in_flight.lanes.streams.get(in_flight.lane);
-        let payload = match stream {
-            Some(stream) => match stream.send(&client, message.payload, ttl).await {
-                Sent::Answered(reply) => {
-                    let reply = reply.map(|payload| tonic::Response::new(raftpb::RaftMessage { payload }));
-                    in_flight.settle(&reply);
-                    return self.reply(reply);
-                }
-                Sent::NotOpen(payload) => payload,
-            },
-            None => message.payload,
+        let payload = match in_flight.lanes.streams[in_flight.lane].send(&client, message.payload, ttl).await {
+            Sent::Answered(reply) => {
+                let reply = reply.map(|payload| tonic::Response::new(raftpb::RaftMessage { payload }));
+                in_flight.settle(&reply);
+                return self.reply(reply);
+            }
+            Sent::NotOpen(payload) => payload,
         };
         let mut request = tonic::Request::new(raftpb::RaftMessage { payload });
         request.set_timeout(ttl);
