@@ -38,9 +38,12 @@ fn decoded<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, Status> {
 }
 
 /// Encodes a whole result, errors included, for the peer to decode.
+fn encoded<T: Serialize>(result: &T) -> Result<Vec<u8>, Status> {
+    encode(result).map_err(|e| Status::internal(format!("encoding a Raft reply: {e}")))
+}
+
 fn reply<T: Serialize>(result: &T) -> Result<Response<raftpb::RaftMessage>, Status> {
-    let payload = encode(result).map_err(|e| Status::internal(format!("encoding a Raft reply: {e}")))?;
-    Ok(Response::new(raftpb::RaftMessage { payload }))
+    Ok(Response::new(raftpb::RaftMessage { payload: encoded(result)? }))
 }
 
 /// The answers of one append stream (see [`raftpb::raft_peer_server::RaftPeer::append_stream`]).
@@ -50,9 +53,9 @@ pub type AnswerStream = UnboundedReceiverStream<Result<raftpb::TaggedMessage, St
 impl raftpb::raft_peer_server::RaftPeer for PeerService {
     type AppendStreamStream = AnswerStream;
 
-    /// Each append that arrives goes to Raft at once, in a task of its own, as a call of its own would:
-    /// the follower's Raft takes the next append while it flushes the one before, and answers go back
-    /// as they are ready, tagged with their append's id.
+    /// Each append that arrives goes to Raft in a task of its own, as a call of its own did, so that the
+    /// stream is read on while Raft works; answers go back as they are ready, tagged with their append's
+    /// id.
     async fn append_stream(
         &self,
         request: Request<Streaming<raftpb::TaggedMessage>>,
@@ -75,15 +78,13 @@ impl raftpb::raft_peer_server::RaftPeer for PeerService {
                 };
                 let (raft, answers) = (raft.clone(), answers.clone());
                 tokio::spawn(async move {
-                    let answer = match decode(&append.payload) {
-                        Ok(rpc) => {
-                            encode(&raft.append_entries(rpc).await).map_err(|e| format!("encoding a Raft reply: {e}"))
-                        }
-                        Err(e) => Err(format!("undecodable Raft message: {e}")),
+                    let answer = match decoded(&append.payload) {
+                        Ok(rpc) => encoded(&raft.append_entries(rpc).await),
+                        Err(status) => Err(status),
                     };
                     let (payload, error) = match answer {
                         Ok(payload) => (payload, String::new()),
-                        Err(error) => (Vec::new(), error),
+                        Err(status) => (Vec::new(), status.message().to_string()),
                     };
                     let _ = answers.send(Ok(raftpb::TaggedMessage { id: append.id, payload, error }));
                 });
