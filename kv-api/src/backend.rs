@@ -118,6 +118,14 @@ pub trait Backend: Send + Sync + 'static {
     /// Applies every change of `batch`, all or nothing.
     fn write(&self, batch: WriteBatch) -> Result<(), BackendError>;
 
+    /// Applies `batch`'s changes in order, but not as one: other writes may come between them, and a
+    /// crash may leave only the first ones applied. For work every prefix of which is a valid state and
+    /// that must not hold other writers back for its whole length (the compactor's deletions of dead
+    /// revisions). By default, [`Backend::write`].
+    fn write_in_pieces(&self, batch: WriteBatch) -> Result<(), BackendError> {
+        self.write(batch)
+    }
+
     /// Replaces the whole content of every bucket with `content`, all or nothing (snapshot install).
     /// `content` is read as it is written, so a snapshot larger than memory can be installed; an error
     /// it yields leaves the old content in place.

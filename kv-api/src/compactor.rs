@@ -271,7 +271,7 @@ fn delete(shared: &Shared, mut job: Job) {
                 debug!(revision = job.revision, "compaction dropped: the store was replaced");
                 return;
             }
-            if let Err(err) = shared.backend.write(batch) {
+            if let Err(err) = shared.backend.write_in_pieces(batch) {
                 // Left for the next load to resume; the store keeps serving (the revisions are dead).
                 error!(revision = job.revision, %err, "compaction stopped: cannot delete freed revisions");
                 return;

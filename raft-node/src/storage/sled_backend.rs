@@ -29,7 +29,9 @@
 //!
 //! # Durability
 //!
-//! Writes are sled batches, atomic across a crash; data and the applied log id go in the same batch.
+//! Writes are sled batches, atomic across a crash; data and the applied log id go in the same batch
+//! (the compactor's deletions of dead revisions alone go a few at a time, see
+//! [`Backend::write_in_pieces`]).
 //! sled's flusher makes them durable within half a second, [`Backend::sync`] at once: the state
 //! machine syncs before a snapshot lets openraft purge the log, and [`Backend::replace_all`] (snapshot
 //! install, into a new generation) flushes before it switches. A crash loses at most the writes since the last flush, which a
@@ -55,7 +57,6 @@ const SIZE_TTL: Duration = Duration::from_millis(100);
 const SMALL_REPLAY_OPS: usize = 4096;
 /// ... or after this many rounds (writers faster than the replay would otherwise keep it going).
 const MAX_REPLAY_ROUNDS: usize = 16;
-
 /// The [`Backend`] of a member: the tree `kv` of the current generation's database.
 #[derive(Debug)]
 pub struct SledBackend {
@@ -240,6 +241,18 @@ impl Backend for SledBackend {
 
     fn write(&self, batch: WriteBatch) -> Result<(), BackendError> {
         self.apply(ops_of(batch))
+    }
+
+    /// A sled batch of at most [`generation::COPY_BATCH`] ops at a time, each under the write mutex: a
+    /// compaction batch of a thousand deletions holds the state machine's applies back about a
+    /// millisecond at a time.
+    fn write_in_pieces(&self, batch: WriteBatch) -> Result<(), BackendError> {
+        let mut ops = ops_of(batch).into_iter().peekable();
+        while ops.peek().is_some() {
+            let piece: Ops = ops.by_ref().take(generation::COPY_BATCH).collect();
+            self.apply(piece)?;
+        }
+        Ok(())
     }
 
     /// Writes `content` into a fresh database (the next generation) in bounded batches and switches to

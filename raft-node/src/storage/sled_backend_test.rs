@@ -234,9 +234,33 @@ fn defragment_lets_writers_go_on_and_loses_nothing() {
                 })
             })
             .collect();
+        // A compactor deletes the first 2,000 keys ten at a time, in pieces (not atomically), while
+        // the copy runs: each deletion must reach the new generation too.
+        let compactor = {
+            let (backend, stop) = (&backend, &stop);
+            scope.spawn(move || {
+                let mut deleted = Vec::new();
+                for chunk in (0..2_000u32).collect::<Vec<_>>().chunks(10) {
+                    if stop.load(Ordering::Relaxed) && deleted.len() >= 500 {
+                        break;
+                    }
+                    let mut batch = WriteBatch::default();
+                    for i in chunk {
+                        batch.delete(Bucket::Key, i.to_be_bytes().to_vec());
+                        deleted.push(i.to_be_bytes().to_vec());
+                    }
+                    backend.write_in_pieces(batch).expect("deletions during defragmentation");
+                    std::thread::sleep(Duration::from_micros(200));
+                }
+                deleted
+            })
+        };
         std::thread::sleep(Duration::from_millis(20));
         backend.defragment().expect("defragment");
         stop.store(true, Ordering::Relaxed);
+        for key in compactor.join().expect("compactor") {
+            want.remove(&key);
+        }
         let mut written = BTreeMap::new();
         let mut slowest = Duration::ZERO;
         for writer in writers {
