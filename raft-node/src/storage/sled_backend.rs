@@ -32,7 +32,7 @@
 //! Writes are sled batches, atomic across a crash; data and the applied log id go in the same batch
 //! (the compactor's deletions of dead revisions alone go a few at a time, see
 //! [`Backend::write_in_pieces`]).
-//! sled's flusher makes them durable within half a second, [`Backend::sync`] at once: the state
+//! sled's flusher makes them durable within a tenth of a second, [`Backend::sync`] at once: the state
 //! machine syncs before a snapshot lets openraft purge the log, and [`Backend::replace_all`] (snapshot
 //! install, into a new generation) flushes before it switches. A crash loses at most the writes since the last flush, which a
 //! restart applies again from the log. The store is never behind the log's purge point, and when it is
@@ -321,7 +321,13 @@ impl Backend for SledBackend {
             // one it names and removes the other.
             Err(err) => return Err(backend_error(err)),
         };
-        drop(old);
+        // The old generation goes on a thread of its own: closing its unlinked files makes the
+        // filesystem free their blocks (about 170 ms for 650 MB here, a seventh of a defragmentation),
+        // which the answer need not wait for. A restart removes what a crash meanwhile leaves.
+        let retiring = std::thread::Builder::new().name("store-retire".into()).spawn(move || drop(old));
+        if let Err(err) = retiring {
+            debug!(%err, "the old store generation is dropped in place");
+        }
         self.forget_size();
         info!(
             generation = number,
