@@ -29,8 +29,8 @@
 //!   after a snapshot build commits it, and when a snapshot is installed.
 //!
 //! The state machine itself does not flush on every commit: sled's flusher persists its writes within
-//! a tenth of a second. A restarting member finds a consistent store whose applied id may be behind the log:
-//! openraft replays the log from the applied id onwards, and the log still holds those entries (it is
+//! a tenth of a second. A restarting member finds a consistent store whose applied id may be behind
+//! the log: openraft replays the log from the applied id onwards, and the log still holds those entries (it is
 //! purged only up to a snapshot, which was synced first). It may also be ahead of the durable log (a
 //! follower applies what the cluster committed, possibly before its own append was flushed): openraft
 //! then starts from the applied id, which is committed history.

@@ -57,6 +57,7 @@ const SIZE_TTL: Duration = Duration::from_millis(100);
 const SMALL_REPLAY_OPS: usize = 4096;
 /// ... or after this many rounds (writers faster than the replay would otherwise keep it going).
 const MAX_REPLAY_ROUNDS: usize = 16;
+
 /// The [`Backend`] of a member: the tree `kv` of the current generation's database.
 #[derive(Debug)]
 pub struct SledBackend {

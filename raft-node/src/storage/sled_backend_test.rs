@@ -284,6 +284,26 @@ fn defragment_lets_writers_go_on_and_loses_nothing() {
     assert!(after * 2 < before, "defragmentation shrank {before} bytes only to {after}");
 }
 
+/// A write in pieces applies every op, in order, across the pieces' boundaries.
+#[test]
+fn a_write_in_pieces_applies_every_op_in_order() {
+    let (_dir, backend) = backend();
+    let key = |i: u32| format!("k{i:04}").into_bytes();
+    let mut batch = WriteBatch::default();
+    for i in 0..600u32 {
+        batch.put(Bucket::Key, key(i), b"1".to_vec());
+    }
+    for i in 0..300u32 {
+        batch.delete(Bucket::Key, key(i));
+    }
+    batch.put(Bucket::Key, key(0), b"2".to_vec());
+    assert!(batch.ops.len() > 3 * generation::COPY_BATCH, "several pieces");
+    backend.write_in_pieces(batch).expect("write");
+    let mut want = vec![(key(0), b"2".to_vec())];
+    want.extend((300..600u32).map(|i| (key(i), b"1".to_vec())));
+    assert_eq!(all(&backend, Bucket::Key), want);
+}
+
 /// A scan that began on the old generation reads on to its end after the switch.
 #[test]
 fn a_scan_across_the_switch_reads_to_its_end() {
