@@ -242,6 +242,22 @@ mod tests {
     }
 
     #[test]
+    fn a_copy_of_many_batches_equals_the_source() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let (from, to) =
+            (Generation::open(dir.path(), 0).expect("open"), Generation::open(dir.path(), 1).expect("open"));
+        // Many batches, cut by count (small values) and by size (values of 3 KB every tenth key).
+        let writes: Ops = (0..5_000u32)
+            .map(|i| (format!("k{i:05}").into_bytes(), Some(vec![b'v'; if i % 10 == 0 { 3_000 } else { 20 }])))
+            .collect();
+        replay(&from.tree, vec![writes]).expect("write");
+        copy(&from.tree, &to.tree).expect("copy");
+        let all = |t: &sled::Tree| t.iter().map(|i| i.expect("item")).collect::<Vec<_>>();
+        assert_eq!(all(&to.tree).len(), 5_000);
+        assert_eq!(all(&to.tree), all(&from.tree));
+    }
+
+    #[test]
     fn writes_replayed_over_many_batches_keep_their_order() {
         let dir = tempfile::tempdir().expect("tempdir");
         let to = Generation::open(dir.path(), 0).expect("open");
