@@ -42,6 +42,7 @@ fn encoded<T: Serialize>(result: &T) -> Result<Vec<u8>, Status> {
     encode(result).map_err(|e| Status::internal(format!("encoding a Raft reply: {e}")))
 }
 
+/// [`encoded`], as the answer of a call.
 fn reply<T: Serialize>(result: &T) -> Result<Response<raftpb::RaftMessage>, Status> {
     Ok(Response::new(raftpb::RaftMessage { payload: encoded(result)? }))
 }
