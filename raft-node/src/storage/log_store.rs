@@ -71,6 +71,13 @@ pub(crate) fn is_unread(entry: &Entry) -> bool {
     matches!(&entry.payload, EntryPayload::Normal(commands) if Arc::ptr_eq(commands, &UNREAD))
 }
 
+/// The encoded bytes of entries one append to a follower carries, at most (one entry at least): etcd's
+/// `maxSizePerMsg`. openraft 0.9 counts only entries (300 to an append), and an entry carries a whole
+/// group of writes: a learner catching up after a load of 8 KiB values was sent 54 MB appends, which
+/// took longer than the answer's deadline (`consensus::raft_rpc_window`) and were sent again and
+/// again, the new member at 600 MB of RSS; in a debug build it never caught up.
+pub(crate) const APPEND_BYTES: u64 = 1 << 20;
+
 /// Entries the tail keeps, at most (each may carry many clients' writes)...
 const TAIL_ENTRIES: usize = 256;
 /// ... and their encoded bytes, about.
@@ -282,6 +289,31 @@ impl LogStore {
         Ok(Some(read))
     }
 
+    /// The end of the longest run of entries from `start` (up to `end`) of `budget` encoded bytes at
+    /// most, one entry at least (see [`APPEND_BYTES`]): from the tail's sizes where it holds `start`,
+    /// else from the segment files' record offsets. Reads no entry.
+    fn end_within(&self, start: u64, end: u64, budget: u64) -> u64 {
+        {
+            let tail = self.tail.lock();
+            if let (Some(first), Some(last)) = (tail.front(), tail.back()) {
+                let (first, last) = (first.log_id.index, last.log_id.index);
+                if (first..=last).contains(&start) {
+                    let mut left = budget;
+                    let mut at = start;
+                    for (_, size) in tail.entries.range((start - first) as usize..) {
+                        if at >= end || (*size as u64 > left && at > start) {
+                            break;
+                        }
+                        left = left.saturating_sub(*size as u64);
+                        at += 1;
+                    }
+                    return at.max(start + 1).min(end.max(start + 1));
+                }
+            }
+        }
+        self.wal.end_within(start, end, budget)
+    }
+
     /// Keeps `entry` (of `size` encoded bytes) as the newest of the tail.
     fn remember(&self, entry: Entry, size: usize) {
         let mut tail = self.tail.lock();
@@ -347,6 +379,7 @@ impl RaftLogReader<TypeConfig> for LogStore {
     /// hand-over): reading them all first cost a new leader ~54 MB after a million-key load, 70-215 ms
     /// while writes waited. The network reads the rest only when it must send them.
     async fn limited_get_log_entries(&mut self, start: u64, end: u64) -> Result<Vec<Entry>, StorageError> {
+        let end = self.end_within(start, end, APPEND_BYTES);
         let long = end.saturating_sub(start) >= UNREAD_FROM_ENTRIES as u64;
         if !self.replication_reader || !long {
             return self.try_get_log_entries(start..end).await;

@@ -272,18 +272,49 @@ async fn a_replication_reader_leaves_the_middle_of_long_reads_outside_the_tail_u
     assert_eq!(reader.limited_get_log_entries(10, 25).await.expect("read"), written[9..24].to_vec());
     assert_eq!(reader.limited_get_log_entries(50, 100).await.expect("read"), written[49..].to_vec());
     assert_eq!(log.limited_get_log_entries(10, 50).await.expect("read"), written[9..49].to_vec());
-    let clipped = reader.limited_get_log_entries(20, 100).await.expect("read");
-    assert_eq!((indexes(&clipped).first(), clipped.last()), (Some(&20), written.last()));
+    // (From 40: what is left of the log takes less than an append's bytes, see the test below.)
+    let clipped = reader.limited_get_log_entries(40, 100).await.expect("read");
+    assert_eq!((indexes(&clipped).first(), clipped.last()), (Some(&40), written.last()));
 
     // Entries the tail holds are read whole.
     log.blocking_append(mixed(2, 61, 90)).await.expect("append");
-    let tail = reader.limited_get_log_entries(61, 91).await.expect("read");
+    let tail = reader.limited_get_log_entries(61, 80).await.expect("read");
     assert!(!tail.iter().any(is_unread));
-    assert_eq!(tail, log.try_get_log_entries(61..91).await.expect("read"));
+    assert_eq!(tail, log.try_get_log_entries(61..80).await.expect("read"));
 
     // Replaced since the read: filling it fails instead of sending other entries.
     log.truncate(written[44].log_id).await.expect("truncate");
     log.blocking_append(mixed(3, 45, 60)).await.expect("append");
     let err = log.filled(&read).expect_err("replaced");
     assert!(err.to_string().contains("were replaced while being replicated"), "{err}");
+}
+
+#[tokio::test]
+async fn an_append_to_a_follower_carries_at_most_a_mebibyte_one_entry_at_least() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    // 40 entries of a quarter MiB of value (a little more encoded), then one of 2 MiB.
+    let mut written: Vec<Entry> = (1..=40).map(|i| large(1, i, 256)).collect();
+    written.push(large(1, 41, 2048));
+    let whole = |from: u64, to: u64| written[(from - 1) as usize..(to - 1) as usize].to_vec();
+    let check = |read: Vec<Entry>, from: u64, to: u64, how: &str| {
+        assert_eq!(indexes(&read), (from..to).collect::<Vec<_>>(), "{how}");
+        assert!(read.iter().all(|entry| !is_unread(entry)), "{how}: short appends are read whole");
+    };
+    {
+        let (mut log, _sm, _store) = open(dir.path()).expect("open");
+        log.blocking_append(written.clone()).await.expect("append");
+        // The tail holds the newest 8 MiB: a run from it, and one reaching past it into the files.
+        let mut reader = log.get_log_reader().await;
+        check(reader.limited_get_log_entries(20, 42).await.expect("read"), 20, 23, "from the tail");
+        check(reader.limited_get_log_entries(2, 42).await.expect("read"), 2, 5, "from the files");
+        check(reader.limited_get_log_entries(41, 42).await.expect("read"), 41, 42, "one entry over the budget");
+        check(reader.limited_get_log_entries(39, 42).await.expect("read"), 39, 41, "stops before the large one");
+    }
+    let (mut log, _sm, _store) = crate::storage::reopen(dir.path());
+    let mut reader = log.get_log_reader().await;
+    let read = reader.limited_get_log_entries(1, 42).await.expect("read");
+    check(read.clone(), 1, 4, "reopened");
+    assert_eq!(read, whole(1, 4));
+    assert_eq!(log.limited_get_log_entries(37, 40).await.expect("read"), whole(37, 40), "three fit");
+    assert_eq!(log.try_get_log_entries(1..42).await.expect("read"), whole(1, 42), "other reads are not cut");
 }

@@ -257,6 +257,30 @@ impl Wal {
         Some((first, segments.last()?.next() - 1))
     }
 
+    /// The end of the longest run of entries from `start` (the log's, up to `end`) whose records take
+    /// `budget` bytes at most, one entry at least: an append to a follower far behind is cut where it
+    /// would go over. Entries the log does not hold end the run.
+    pub(crate) fn end_within(&self, start: u64, end: u64, budget: u64) -> u64 {
+        let segments = self.segments.lock();
+        let (mut at, mut left) = (start, budget);
+        for segment in segments.iter().filter(|segment| segment.next() > start && segment.first < end) {
+            if at != start.max(segment.first) {
+                break;
+            }
+            let base = segment.start_of(at);
+            let (from, to) = ((at - segment.first) as usize, (end.min(segment.next()) - segment.first) as usize);
+            // Records `at..at + n` end at `ends[from + n - 1]`; the longest `n` within what is left.
+            let fit = segment.ends[from..to].partition_point(|&record_end| u64::from(record_end) - base <= left);
+            let taken = if fit == 0 && at == start { 1 } else { fit };
+            at += taken as u64;
+            if taken < to - from {
+                break;
+            }
+            left = left.saturating_sub(u64::from(segment.ends[from + taken - 1]) - base);
+        }
+        at.max(start + 1).min(end.max(start + 1))
+    }
+
     /// Whether `entries` would all go into the current segment, without moving to a new one (which
     /// allocates its file: tens of milliseconds under write-back). Conservative: `false` may still fit.
     pub(crate) fn fits(&self, entries: &[(u64, Vec<u8>)]) -> bool {

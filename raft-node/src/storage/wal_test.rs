@@ -161,3 +161,27 @@ fn fits_says_whether_an_append_stays_in_the_current_segment() {
     let wal = Wal::open_with(dir.path(), SMALL).expect("reopen");
     assert!(!wal.fits(&entries(3..4, 1)), "segments of an earlier run take no appends");
 }
+
+#[test]
+fn a_run_within_a_byte_budget_ends_where_the_next_record_would_go_over() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let wal = Wal::open_with(dir.path(), SMALL).expect("open");
+    append(&wal, &entries(1..30, 1));
+    assert!(segment_files(dir.path()).len() > 5, "the runs below cross segments");
+    let record = |index: u64| (HEADER + entry(index, 1).1.len()) as u64;
+    let bytes = |start: u64, end: u64| (start..end).map(record).sum::<u64>();
+    for start in [1, 3, 4, 10] {
+        for end in start + 1..=30 {
+            // Exactly the bytes of `start..end`, and one byte short of them.
+            assert_eq!(wal.end_within(start, 30, bytes(start, end)), end, "{start}..{end}");
+            assert_eq!(
+                wal.end_within(start, 30, bytes(start, end) - 1),
+                (end - 1).max(start + 1),
+                "{start}..{end} - 1"
+            );
+        }
+        assert_eq!(wal.end_within(start, 30, u64::MAX), 30, "a budget over the log's size ends at `end`");
+        assert_eq!(wal.end_within(start, start + 2, u64::MAX), start + 2, "never past `end`");
+        assert_eq!(wal.end_within(start, 30, 0), start + 1, "one entry at least");
+    }
+}
