@@ -33,7 +33,8 @@ enum Command {
     /// Run etcd's benchmark workloads against fresh three-member clusters of ours and/or etcd and
     /// print a table (QPS, latency percentiles, ratio ours/etcd, members' RSS and CPU); with
     /// `--scale`, probe one member of each with many watchers, a large load, compaction and defrag,
-    /// a Watch stream left unread and one Range of the whole load
+    /// a Watch stream left unread and one Range of the whole load; with `--size`, load one member of
+    /// each with 10 GiB, restart it and let a new member catch up from it
     Bench(BenchOptions),
     /// Send random requests built from the protobuf descriptors to one member of ours and one of etcd
     /// 3.5.1 (plain child processes on loopback) and print a table of the answers that differ

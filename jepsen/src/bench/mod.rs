@@ -15,11 +15,14 @@
 //! - [`leader_stop`]: after the workloads, SIGTERM of the leader under writes (a rolling restart's step).
 //! - [`scale`]: `--scale`, one member of each target probed for many watchers, a large load,
 //!   compaction and defrag, a slow watch consumer and one large Range.
+//! - [`size`]: `--size`, one member of each target loaded with 10 GiB, restarted and caught up by
+//!   a new member.
 
 pub mod leader_stop;
 pub mod options;
 pub mod resources;
 pub mod scale;
+pub mod size;
 pub mod stats;
 pub mod table;
 pub mod workload;
@@ -73,6 +76,10 @@ struct Report<'a> {
 pub async fn run(opts: BenchOptions) -> Result<Outcome> {
     if opts.scale.scale {
         let outcome = scale::run(&opts).await?;
+        return Ok(Outcome { dir: outcome.dir, table: outcome.table });
+    }
+    if opts.size.size {
+        let outcome = size::run(&opts).await?;
         return Ok(Outcome { dir: outcome.dir, table: outcome.table });
     }
     netns::prepare_for(opts.host_network)?;

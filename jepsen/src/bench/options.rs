@@ -8,6 +8,7 @@ use clap::{Args, ValueEnum};
 use serde::Serialize;
 
 use super::scale::options::ScaleOptions;
+use super::size::SizeOptions;
 use crate::options::Target;
 
 /// Which clusters to measure.
@@ -228,6 +229,10 @@ pub struct BenchOptions {
     /// scale mode and its sizes (`--scale`)
     #[command(flatten)]
     pub scale: ScaleOptions,
+
+    /// size mode and its sizes (`--size`)
+    #[command(flatten)]
+    pub size: SizeOptions,
 
     /// watch-latency: puts per second
     #[arg(long, default_value_t = 100, value_parser = clap::value_parser!(u32).range(1..))]

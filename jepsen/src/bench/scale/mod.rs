@@ -197,7 +197,7 @@ fn draw(results: &[TargetResult], path: &Path) -> Result<()> {
 }
 
 /// `raft-node` next to this binary (where `cargo build` puts both).
-fn raft_node_beside_us() -> PathBuf {
+pub(crate) fn raft_node_beside_us() -> PathBuf {
     let exe = std::env::current_exe().ok();
     exe.and_then(|exe| exe.parent().map(|dir| dir.join("raft-node"))).unwrap_or_else(|| PathBuf::from("raft-node"))
 }
