@@ -293,6 +293,9 @@ impl LogStore {
     /// most, one entry at least (see [`APPEND_BYTES`]): from the tail's sizes where it holds `start`,
     /// else from the segment files' record offsets. Reads no entry.
     fn end_within(&self, start: u64, end: u64, budget: u64) -> u64 {
+        if start >= end {
+            return end;
+        }
         {
             let tail = self.tail.lock();
             if let (Some(first), Some(last)) = (tail.front(), tail.back()) {

@@ -309,6 +309,7 @@ async fn an_append_to_a_follower_carries_at_most_a_mebibyte_one_entry_at_least()
         check(reader.limited_get_log_entries(2, 42).await.expect("read"), 2, 5, "from the files");
         check(reader.limited_get_log_entries(41, 42).await.expect("read"), 41, 42, "one entry over the budget");
         check(reader.limited_get_log_entries(39, 42).await.expect("read"), 39, 41, "stops before the large one");
+        check(reader.limited_get_log_entries(30, 30).await.expect("read"), 30, 30, "an empty range");
     }
     let (mut log, _sm, _store) = crate::storage::reopen(dir.path());
     let mut reader = log.get_log_reader().await;

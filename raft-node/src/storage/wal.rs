@@ -34,6 +34,25 @@
 //! - Segments are kept in `seq` order; one may start after the previous one's end (an append after
 //!   a snapshot install, below purged entries), never before it: that is refused as corruption.
 //! - The directory is synced after segments are created or removed.
+//!
+//! # Record ends beside each sealed segment
+//!
+//! Opening needs where each record ends. Reading every record's header costs one small read per entry:
+//! after a 10 GiB load the log held 46k entries in 160 segments, out of the page cache, and opening
+//! it took 11.7 s. So when appends leave a segment (it is full and synced), the ends of its records
+//! go to `<seq>-<first>.ends` beside it, on a thread of its own and unsynced:
+//!
+//! ```text
+//! "KVENDS1\0" | first index (u64 LE) | count (u64 LE) | each record's end (u32 LE) | CRC-32C of all before it (u32 LE)
+//! ```
+//!
+//! Opening takes a segment's ends from that file only if it is whole (its checksum), names the
+//! segment's first index, ends within the segment file, the last record it names starts with that
+//! record's own header and no record follows it (the two reads it costs); else it reads the headers
+//! as before. A segment is
+//! never appended to once sealed; a truncation that cuts one removes its ends file first (a cut file
+//! is shorter than the ends an older file names, which opening refuses too), and removing a segment
+//! removes its ends file first. Opening removes ends files whose segment is gone.
 
 use std::fs::{File, OpenOptions};
 use std::io::{self, BufReader, Read};
@@ -190,6 +209,86 @@ fn scan(file: &File, first: u64, verify: bool) -> io::Result<Vec<u32>> {
     Ok(ends)
 }
 
+/// The first bytes of an ends file.
+const ENDS_MAGIC: &[u8; 8] = b"KVENDS1\0";
+
+/// The ends file of the segment at `segment` (see the module doc).
+fn ends_path(segment: &Path) -> PathBuf {
+    segment.with_extension("ends")
+}
+
+/// An ends file's bytes for a segment whose first entry is `first`.
+fn encode_ends(first: u64, ends: &[u32]) -> Vec<u8> {
+    let mut bytes = Vec::with_capacity(28 + 4 * ends.len());
+    bytes.extend_from_slice(ENDS_MAGIC);
+    bytes.extend_from_slice(&first.to_le_bytes());
+    bytes.extend_from_slice(&(ends.len() as u64).to_le_bytes());
+    for end in ends {
+        bytes.extend_from_slice(&end.to_le_bytes());
+    }
+    let mut crc = Crc32c::default();
+    crc.update(&bytes);
+    bytes.extend_from_slice(&crc.finish().to_le_bytes());
+    bytes
+}
+
+/// The ends an ends file names for the segment in `file` (first entry `first`), if they can be
+/// trusted: the file is whole, names `first`, its ends grow and lie within the segment, and the last
+/// record's header is where they say. `None` sends the caller back to [`scan`].
+fn read_ends(path: &Path, file: &File, first: u64) -> Option<Vec<u32>> {
+    let bytes = std::fs::read(path).ok()?;
+    let (body, crc) = bytes.split_at_checked(bytes.len().checked_sub(4)?)?;
+    let mut check = Crc32c::default();
+    check.update(body);
+    if crc != check.finish().to_le_bytes() || body.len() < 24 || &body[..8] != ENDS_MAGIC {
+        return None;
+    }
+    let named_first = u64::from_le_bytes(body[8..16].try_into().ok()?);
+    let count = usize::try_from(u64::from_le_bytes(body[16..24].try_into().ok()?)).ok()?;
+    let list = &body[24..];
+    if named_first != first || count == 0 || list.len() != count.checked_mul(4)? {
+        return None;
+    }
+    let ends: Vec<u32> = list.chunks_exact(4).map(|c| u32::from_le_bytes(c.try_into().expect("4 bytes"))).collect();
+    let grows = ends.windows(2).all(|pair| pair[0] < pair[1]) && u64::from(ends[0]) > HEADER as u64;
+    let last_end = u64::from(*ends.last()?);
+    if !grows || file.metadata().ok()?.len() < last_end {
+        return None;
+    }
+    let last_start = if count == 1 { 0 } else { u64::from(ends[count - 2]) };
+    let mut header = [0u8; HEADER];
+    file.read_exact_at(&mut header, last_start).ok()?;
+    let size = u64::from(u32::from_le_bytes(header[0..4].try_into().ok()?));
+    let index = u64::from_le_bytes(header[8..16].try_into().ok()?);
+    // And no record after it: the file ends there, or its allocated space reads as a zero length.
+    let mut after = [0u8; 4];
+    let nothing_after = read_until_end(file, &mut after, last_end).ok()? < 4 || after == [0; 4];
+    (index == first + count as u64 - 1 && last_start + HEADER as u64 + size == last_end && nothing_after)
+        .then_some(ends)
+}
+
+/// Writes the ends file of a segment just sealed, on a thread of its own (an ends file that is missing
+/// or torn only makes the next opening read that segment's headers).
+fn write_ends_later(segment: &Segment) {
+    let (path, bytes) = (ends_path(&segment.path), encode_ends(segment.first, &segment.ends));
+    let spawned = std::thread::Builder::new().name("wal-ends".into()).spawn(move || {
+        if let Err(err) = std::fs::write(&path, bytes) {
+            tracing::debug!(%err, path = %path.display(), "could not write a Raft log segment's record ends");
+        }
+    });
+    if let Err(err) = spawned {
+        tracing::debug!(%err, "could not start the thread that writes a segment's record ends");
+    }
+}
+
+/// Removes the ends file of the segment at `segment`, if there is one.
+fn remove_ends(segment: &Path) -> io::Result<()> {
+    match std::fs::remove_file(ends_path(segment)) {
+        Err(err) if err.kind() != io::ErrorKind::NotFound => Err(err),
+        _ => Ok(()),
+    }
+}
+
 impl Wal {
     /// Opens the segments in `dir` (created if missing), sealing each at its last whole record.
     pub(crate) fn open(dir: &Path) -> io::Result<Self> {
@@ -200,11 +299,18 @@ impl Wal {
     pub(crate) fn open_with(dir: &Path, segment_bytes: u64) -> io::Result<Self> {
         std::fs::create_dir_all(dir)?;
         let mut found = Vec::new();
+        let mut ends_files = Vec::new();
         for item in std::fs::read_dir(dir)? {
             let item = item?;
-            if let Some((seq, first)) = item.file_name().to_str().and_then(parse_name) {
-                found.push((seq, first, item.path()));
+            let path = item.path();
+            if path.extension().is_some_and(|ext| ext == "ends") {
+                ends_files.push(path);
+            } else if let Some((seq, first)) = item.file_name().to_str().and_then(parse_name) {
+                found.push((seq, first, path));
             }
+        }
+        for orphan in ends_files.iter().filter(|path| !path.with_extension("wal").exists()) {
+            std::fs::remove_file(orphan)?;
         }
         found.sort();
         let next_seq = found.last().map_or(0, |(seq, _, _)| seq + 1);
@@ -215,7 +321,13 @@ impl Wal {
             let file = OpenOptions::new().read(true).write(true).open(&path)?;
             // Only the last segment can hold a torn record; the one before it is checked too, in case
             // the last was created just before a crash.
-            let ends = scan(&file, first, n + 2 >= count)?;
+            let verify = n + 2 >= count;
+            let known = if verify { None } else { read_ends(&ends_path(&path), &file, first) };
+            let from_file = known.is_some();
+            let ends = match known {
+                Some(ends) => ends,
+                None => scan(&file, first, verify)?,
+            };
             let segment = Segment { first, file: Arc::new(file), path, ends, appendable: false };
             if let Some(previous) = segments.last() {
                 if segment.first < previous.next() {
@@ -228,6 +340,7 @@ impl Wal {
                 }
             }
             if segment.ends.is_empty() {
+                remove_ends(&segment.path)?;
                 std::fs::remove_file(&segment.path)?;
                 removed = true;
                 continue;
@@ -235,6 +348,9 @@ impl Wal {
             if segment.file.metadata()?.len() > segment.end() {
                 segment.file.set_len(segment.end())?;
                 segment.file.sync_all()?;
+            }
+            if !from_file {
+                write_ends_later(&segment);
             }
             segments.push(segment);
         }
@@ -259,8 +375,11 @@ impl Wal {
 
     /// The end of the longest run of entries from `start` (the log's, up to `end`) whose records take
     /// `budget` bytes at most, one entry at least: an append to a follower far behind is cut where it
-    /// would go over. Entries the log does not hold end the run.
+    /// would go over. Entries the log does not hold end the run; an empty range stays empty.
     pub(crate) fn end_within(&self, start: u64, end: u64, budget: u64) -> u64 {
+        if start >= end {
+            return end;
+        }
         let segments = self.segments.lock();
         let (mut at, mut left) = (start, budget);
         for segment in segments.iter().filter(|segment| segment.next() > start && segment.first < end) {
@@ -320,6 +439,9 @@ impl Wal {
                     for file in to_sync.drain(..) {
                         file.sync_data()?;
                     }
+                }
+                if let Some(left) = segments.last().filter(|last| last.appendable && !last.ends.is_empty()) {
+                    write_ends_later(left);
                 }
                 let segment = self.create(self.next_seq.fetch_add(1, Ordering::Relaxed), *index)?;
                 segments.push(segment);
@@ -413,6 +535,7 @@ impl Wal {
         let mut removed = false;
         while segments.last().is_some_and(|last| last.first >= index) {
             let last = segments.pop().expect("a last segment");
+            remove_ends(&last.path)?;
             std::fs::remove_file(&last.path)?;
             removed = true;
         }
@@ -423,6 +546,7 @@ impl Wal {
             if last.next() > index {
                 let keep = (index - last.first) as usize;
                 let cut = last.start_of(index);
+                remove_ends(&last.path)?;
                 last.file.set_len(cut)?;
                 last.file.sync_all()?;
                 last.ends.truncate(keep);
@@ -442,6 +566,7 @@ impl Wal {
             return Ok(());
         }
         for segment in segments.drain(..purged) {
+            remove_ends(&segment.path)?;
             std::fs::remove_file(&segment.path)?;
         }
         sync_dir(&self.dir)

@@ -183,5 +183,110 @@ fn a_run_within_a_byte_budget_ends_where_the_next_record_would_go_over() {
         assert_eq!(wal.end_within(start, 30, u64::MAX), 30, "a budget over the log's size ends at `end`");
         assert_eq!(wal.end_within(start, start + 2, u64::MAX), start + 2, "never past `end`");
         assert_eq!(wal.end_within(start, 30, 0), start + 1, "one entry at least");
+        assert_eq!(wal.end_within(start, start, 0), start, "an empty range stays empty");
     }
+}
+
+/// Waits until every sealed segment of `dir` (all but the newest) has its ends file.
+fn wait_for_ends_files(dir: &Path) {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    loop {
+        let segments = segment_files(dir);
+        let sealed = &segments[..segments.len().saturating_sub(1)];
+        if sealed.iter().all(|path| ends_path(path).exists()) {
+            return;
+        }
+        assert!(std::time::Instant::now() < deadline, "ends files not written: {segments:?}");
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+}
+
+#[test]
+fn sealed_segments_get_ends_files_that_opening_trusts_only_when_they_match() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let wal = Wal::open_with(dir.path(), SMALL).expect("open");
+    append(&wal, &entries(1..30, 1));
+    wait_for_ends_files(dir.path());
+    drop(wal);
+    let segments = segment_files(dir.path());
+    let path = segments[1].clone();
+    let first = parse_name(path.file_name().and_then(|n| n.to_str()).expect("name")).expect("parsed").1;
+    let file = File::open(&path).expect("segment");
+    let scanned = scan(&file, first, true).expect("scan");
+    assert_eq!(read_ends(&ends_path(&path), &file, first), Some(scanned.clone()), "a sound ends file is read");
+
+    let ends_bytes = std::fs::read(ends_path(&path)).expect("ends file");
+    let bad = |bytes: &[u8], first: u64, what: &str| {
+        let other = dir.path().join("other.ends");
+        std::fs::write(&other, bytes).expect("write");
+        assert_eq!(read_ends(&other, &file, first), None, "{what}");
+    };
+    bad(&ends_bytes[..ends_bytes.len() - 1], first, "torn");
+    let mut flipped = ends_bytes.clone();
+    flipped[30] ^= 1;
+    bad(&flipped, first, "a bit flipped");
+    bad(&ends_bytes, first + 1, "another segment's");
+    let mut shifted: Vec<u32> = scanned.clone();
+    *shifted.last_mut().expect("an end") += 1;
+    bad(&encode_ends(first, &shifted), first, "the last record is not where it says");
+    bad(&encode_ends(first, &scanned[..scanned.len() - 1]), first, "fewer records: the last named is not the last");
+    bad(&encode_ends(first, &[]), first, "no record");
+
+    // A segment cut shorter than its ends file says (a truncation racing the file's writer).
+    let copy = dir.path().join("copy.wal");
+    std::fs::copy(&path, &copy).expect("copy");
+    let cut = OpenOptions::new().read(true).write(true).open(&copy).expect("copy");
+    cut.set_len(u64::from(scanned[0])).expect("cut");
+    assert_eq!(read_ends(&ends_path(&path), &cut, first), None, "ends past the file's end");
+
+    // Opening takes the ends from the file: a record header spoilt since (its length) no longer
+    // decides where that segment's records end, as it would when the headers are read.
+    drop(file);
+    let spoilt = OpenOptions::new().write(true).open(&path).expect("segment");
+    spoilt.write_all_at(&[0xff; 4], u64::from(scanned[0])).expect("spoil the second record's length");
+    drop(spoilt);
+    let wal = Wal::open_with(dir.path(), SMALL).expect("reopen");
+    let last = first + scanned.len() as u64 - 1;
+    assert_eq!(wal.read(last, last + 1).expect("read"), entries(last..last + 1, 1), "read past the spoilt header");
+}
+
+#[test]
+fn the_log_reads_the_same_through_ends_files_after_truncation_and_purge() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let wal = Wal::open_with(dir.path(), SMALL).expect("open");
+    append(&wal, &entries(1..40, 1));
+    wait_for_ends_files(dir.path());
+    drop(wal);
+    let wal = Wal::open_with(dir.path(), SMALL).expect("reopen through ends files");
+    assert_eq!(wal.read(1, 40).expect("read"), entries(1..40, 1));
+    // A truncation inside a sealed segment removes its ends file before the cut.
+    let segments = segment_files(dir.path());
+    let middle = parse_name(segments[3].file_name().and_then(|n| n.to_str()).expect("name")).expect("parsed").1 + 1;
+    wal.truncate(middle).expect("truncate");
+    assert!(!ends_path(&segments[3]).exists(), "the cut segment's ends file is gone");
+    // (An ends file the opening's writer thread writes after this removal is an orphan; the next
+    // opening removes it, checked below.)
+    assert!(segments[4..].iter().all(|path| !path.exists()));
+    append(&wal, &entries(middle..50, 2));
+    wal.purge(5).expect("purge");
+    assert!(!ends_path(&segments[0]).exists(), "a purged segment's ends file is gone");
+    let mut expected = entries(6..middle, 1);
+    expected.extend(entries(middle..50, 2));
+    // The cut segment gets its ends file back when the log next opens (it is sealed, and read whole).
+    drop(wal);
+    let wal = Wal::open_with(dir.path(), SMALL).expect("reopen, reading the cut segment's headers");
+    assert_eq!(wal.read(6, 50).expect("read"), expected);
+    wait_for_ends_files(dir.path());
+    assert!(ends_path(&segments[3]).exists());
+    drop(wal);
+    let wal = Wal::open_with(dir.path(), SMALL).expect("reopen");
+    assert_eq!(wal.read(6, 50).expect("read"), expected);
+    // An ends file whose segment is gone is removed when the log opens.
+    let orphan = dir.path().join(format!("{:016x}-{:016x}.ends", 999, 999));
+    std::fs::write(&orphan, b"junk").expect("write");
+    drop(wal);
+    let wal = Wal::open_with(dir.path(), SMALL).expect("reopen");
+    assert!(!orphan.exists());
+    assert!(segments[4..].iter().all(|path| !ends_path(path).exists()), "orphans removed");
+    assert_eq!(wal.read(6, 50).expect("read"), expected);
 }
