@@ -202,6 +202,26 @@ impl TreeIndex {
     }
 
     /// Number of keys in the index, dead or alive.
+    /// Every key with its history, in key order (what a saved index holds).
+    pub(crate) fn entries(&self) -> impl Iterator<Item = (&[u8], &KeyIndex)> + '_ {
+        self.keys.iter()
+    }
+
+    /// Adds `key` with its whole history (loading a saved index, in key order).
+    pub(crate) fn restore_key(&mut self, key: &[u8], history: KeyIndex) {
+        let revisions = history.revision_count() as u64;
+        let mut history = Some(history);
+        let new = self.keys.upsert(key, |present| match present {
+            Some(present) => {
+                *present = history.take().expect("given once");
+                None
+            }
+            None => history.take(),
+        });
+        self.count_new(key, new);
+        self.size.revisions += revisions;
+    }
+
     pub fn len(&self) -> usize {
         self.keys.len()
     }

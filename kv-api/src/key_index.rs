@@ -166,6 +166,71 @@ impl KeyIndex {
         }
     }
 
+    /// Appends the history to `out`: the count of lives, then each life's creating revision, version
+    /// and revisions (see [`crate::store`]'s saved index). [`KeyIndex::decode`] gives it back.
+    pub(crate) fn encode(&self, out: &mut Vec<u8>) {
+        let one;
+        let generations = match &self.0 {
+            Repr::One { created, modified, version } => {
+                one = [Generation { created: *created, version: version.get(), revs: vec![*modified] }];
+                &one[..]
+            }
+            Repr::Generations(generations) => generations.as_slice(),
+        };
+        out.extend_from_slice(&(generations.len() as u32).to_le_bytes());
+        for generation in generations {
+            for n in [generation.created.main, generation.created.sub, generation.version] {
+                out.extend_from_slice(&n.to_le_bytes());
+            }
+            out.extend_from_slice(&(generation.revs.len() as u32).to_le_bytes());
+            for rev in &generation.revs {
+                out.extend_from_slice(&rev.main.to_le_bytes());
+                out.extend_from_slice(&rev.sub.to_le_bytes());
+            }
+        }
+    }
+
+    /// A history [`KeyIndex::encode`] wrote at the start of `bytes`, and the bytes after it; `None`
+    /// when they hold none (at least one life, every revision in order).
+    pub(crate) fn decode(bytes: &[u8]) -> Option<(Self, &[u8])> {
+        fn take<const N: usize>(bytes: &mut &[u8]) -> Option<[u8; N]> {
+            let (head, rest) = bytes.split_first_chunk::<N>()?;
+            *bytes = rest;
+            Some(*head)
+        }
+        let mut rest = bytes;
+        let lives = u32::from_le_bytes(take(&mut rest)?) as usize;
+        if lives == 0 || lives > rest.len() {
+            return None;
+        }
+        let mut generations = Vec::with_capacity(lives);
+        let mut newest = Revision::default();
+        for _ in 0..lives {
+            let created = Revision::new(i64::from_le_bytes(take(&mut rest)?), i64::from_le_bytes(take(&mut rest)?));
+            let version = i64::from_le_bytes(take(&mut rest)?);
+            let count = u32::from_le_bytes(take(&mut rest)?) as usize;
+            if count > rest.len() / 16 {
+                return None;
+            }
+            let mut revs = Vec::with_capacity(count);
+            for _ in 0..count {
+                let rev = Revision::new(i64::from_le_bytes(take(&mut rest)?), i64::from_le_bytes(take(&mut rest)?));
+                if rev <= newest {
+                    return None;
+                }
+                newest = rev;
+                revs.push(rev);
+            }
+            generations.push(Generation { created, version, revs });
+        }
+        Some((Self::from_generations(generations), rest))
+    }
+
+    /// How many revisions it holds, tombstones included.
+    pub(crate) fn revision_count(&self) -> usize {
+        self.generations().map_or(1, |generations| generations.iter().map(|g| g.revs.len()).sum())
+    }
+
     /// Records a put at `rev`.
     pub fn put(&mut self, rev: Revision) {
         self.change(|generations| current(generations).put(rev));

@@ -32,6 +32,11 @@ impl LeaseTable {
         self.key_lease.clear();
     }
 
+    /// Every key attached to a lease, with its lease.
+    pub fn attachments(&self) -> impl Iterator<Item = (&[u8], LeaseId)> + '_ {
+        self.key_lease.iter().map(|(key, lease)| (key.as_slice(), *lease))
+    }
+
     pub fn grant(&mut self, id: LeaseId, ttl: i64) {
         self.leases.insert(id, Lease { ttl, keys: BTreeSet::new() });
     }

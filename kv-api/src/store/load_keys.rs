@@ -247,6 +247,58 @@ mod tests {
         }
     }
 
+    fn saved_bytes(backend: &MemBackend) -> Option<Vec<u8>> {
+        backend.get(Bucket::Meta, super::super::saved_index::META_SAVED_INDEX).expect("get")
+    }
+
+    #[test]
+    fn a_clean_stop_saves_the_index_and_the_next_open_reads_it_once() {
+        let (backend, written) = history();
+        assert!(written.save_index().expect("save"), "nothing pending: saved");
+        assert!(saved_bytes(&backend).is_some());
+        let reopened = MvccStore::open(backend.clone()).expect("open");
+        assert_eq!(seen(&reopened), seen(&written), "the saved index serves as the rebuilt one");
+        assert_eq!(saved_bytes(&backend), None, "used once: taken out of the store");
+        let again = MvccStore::open(backend.clone()).expect("open");
+        assert_eq!(seen(&again), seen(&written), "rebuilt from the revisions");
+    }
+
+    #[test]
+    fn a_saved_index_is_trusted_only_while_the_store_is_what_it_was_built_from() {
+        use super::super::saved_index::{decode, encode, store, Basis};
+        let (backend, mut written) = history();
+        written.save_index().expect("save");
+        let bytes = saved_bytes(&backend).expect("saved");
+        // A write after the save (a member that applied more before stopping) moves the key bucket's
+        // last key on: rebuilt, and the write is seen.
+        let put = pb::PutRequest { key: b"late".to_vec(), value: b"v".to_vec(), ..Default::default() };
+        written.apply(&Command::Put(put)).expect("put");
+        written.commit().expect("commit");
+        let reopened = MvccStore::open(backend.clone()).expect("open");
+        assert_eq!(seen(&reopened), seen(&written));
+        assert_eq!(saved_bytes(&backend), None, "a stale one is removed too");
+        // Torn: rebuilt.
+        written.save_index().expect("save");
+        let whole = saved_bytes(&backend).expect("saved");
+        store(&*backend, whole[..whole.len() - 3].to_vec()).expect("store torn");
+        assert_eq!(seen(&MvccStore::open(backend.clone()).expect("open")), seen(&written));
+        // A whole one naming this store is used as it is: one holding no key makes a store with none.
+        let basis = decode(&whole).expect("decodes").basis;
+        assert_ne!(decode(&bytes).expect("decodes").basis, basis, "the late put changed the basis");
+        store(&*backend, encode(&basis, &crate::index::TreeIndex::default(), std::iter::empty())).expect("store");
+        let emptied = MvccStore::open(backend.clone()).expect("open");
+        assert_eq!((emptied.live_keys(), emptied.current_revision()), (0, written.current_revision()));
+    }
+
+    #[test]
+    fn a_store_with_a_compaction_pending_saves_nothing() {
+        let (backend, mut written) = history();
+        let revision = written.current_revision() - 10;
+        written.apply(&Command::Compact(pb::CompactionRequest { revision, physical: false })).expect("compact");
+        assert!(!written.save_index().expect("save"), "the compaction is staged, not done");
+        assert_eq!(saved_bytes(&backend), None);
+    }
+
     #[test]
     fn revisions_come_in_order_whatever_the_readers() {
         let (backend, _) = history();

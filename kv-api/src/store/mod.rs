@@ -35,6 +35,7 @@ mod encoded_range;
 mod entry;
 mod index_compaction;
 mod load_keys;
+pub mod saved_index;
 mod txn;
 mod write;
 
@@ -167,6 +168,89 @@ impl MvccStore {
         };
         let finished =
             self.backend.get(Bucket::Meta, META_FINISHED_COMPACT_REV)?.map(|b| decode_i64(&b)).transpose()?;
+        let key_leases = match self.saved_index(finished)? {
+            Some(saved) => {
+                tracing::info!(keys = saved.index.len(), "loaded the key index saved at the last clean stop");
+                self.index = saved.index;
+                self.current = saved.basis.current;
+                self.resume_compaction(finished, Vec::new());
+                saved.key_leases.into_iter().collect()
+            }
+            None => self.rebuild_index(finished, parallel_from, ranges)?,
+        };
+        self.live_keys = self.index.range(KeyRange::new(&[0], &[0]), self.current).count() as i64;
+
+        self.leases.clear();
+        let leases = &mut self.leases;
+        try_scan(&*self.backend, Bucket::Lease, |id, ttl| {
+            leases.grant(decode_i64(id)?, decode_i64(ttl)?);
+            Ok(())
+        })?;
+        for (key, lease) in key_leases {
+            self.leases.attach(&key, lease);
+        }
+
+        self.alarms.clear();
+        let alarms = &mut self.alarms;
+        try_scan(&*self.backend, Bucket::Alarm, |key, _| {
+            let (member_id, alarm) = alarm::from_key(key).ok_or_else(|| Error::Internal("corrupt alarm key".into()))?;
+            alarms.activate(member_id, alarm);
+            Ok(())
+        })?;
+        self.downgrade =
+            self.backend.get(Bucket::Meta, META_DOWNGRADE)?.and_then(|bytes| crate::downgrade::decode(&bytes));
+        self.auth.load(&*self.backend)
+    }
+
+    /// The index a clean stop saved (see [`saved_index`]), taken out of the store, if it is whole and
+    /// the store is what it was built from.
+    fn saved_index(&self, finished: Option<i64>) -> Result<Option<saved_index::Saved>> {
+        let Some(saved) = saved_index::take_out(&*self.backend)? else { return Ok(None) };
+        let basis = saved_index::Basis {
+            current: saved.basis.current,
+            compacted: self.compacted,
+            finished: finished.unwrap_or(NEVER_COMPACTED),
+            last_key: self.backend.last_key(Bucket::Key)?,
+        };
+        if saved.basis != basis {
+            tracing::info!(saved = ?saved.basis, store = ?basis, "the saved key index does not match the store; rebuilding it");
+            return Ok(None);
+        }
+        Ok(Some(saved))
+    }
+
+    /// Saves the key index into the store for the next open (see [`saved_index`]), unless a
+    /// compaction is unfinished or writes are staged (commit them first); true when saved. Only for a
+    /// store that changes nothing more (a member that stopped applying).
+    pub fn save_index(&self) -> Result<bool> {
+        let finished = *self.compactor.finished().borrow();
+        let pending = [
+            (self.index_compaction.is_some(), "the key index's compaction has steps left"),
+            (self.compaction_staged, "a compaction is not committed"),
+            (finished < self.compacted, "the compactor has revisions left to delete"),
+            (!self.batch.is_empty() || !self.staged.is_empty(), "writes are not committed"),
+        ];
+        if let Some((_, why)) = pending.iter().find(|(pending, _)| *pending) {
+            tracing::info!(why, "not saving the key index; the next start rebuilds it");
+            return Ok(false);
+        }
+        let basis = saved_index::Basis {
+            current: self.current,
+            compacted: self.compacted,
+            finished,
+            last_key: self.backend.last_key(Bucket::Key)?,
+        };
+        saved_index::store(&*self.backend, saved_index::encode(&basis, &self.index, self.leases.attachments()))?;
+        Ok(true)
+    }
+
+    /// Rebuilds the key index from every stored revision; the leases of the keys' newest values.
+    fn rebuild_index(
+        &mut self,
+        finished: Option<i64>,
+        parallel_from: i64,
+        ranges: i64,
+    ) -> Result<HashMap<Vec<u8>, LeaseId>> {
         let compacted = self.compacted;
         // Tombstones below the compacted revision whose puts a compaction already deleted (it was
         // interrupted before the tombstone's batch): dead, to delete again.
@@ -196,28 +280,7 @@ impl MvccStore {
         // Compaction may have removed the newest tombstones; the revision never goes back below it.
         self.current = newest.max(self.compacted).max(1);
         self.resume_compaction(finished, strays);
-        self.live_keys = self.index.range(KeyRange::new(&[0], &[0]), self.current).count() as i64;
-
-        self.leases.clear();
-        let leases = &mut self.leases;
-        try_scan(&*self.backend, Bucket::Lease, |id, ttl| {
-            leases.grant(decode_i64(id)?, decode_i64(ttl)?);
-            Ok(())
-        })?;
-        for (key, lease) in key_leases {
-            self.leases.attach(&key, lease);
-        }
-
-        self.alarms.clear();
-        let alarms = &mut self.alarms;
-        try_scan(&*self.backend, Bucket::Alarm, |key, _| {
-            let (member_id, alarm) = alarm::from_key(key).ok_or_else(|| Error::Internal("corrupt alarm key".into()))?;
-            alarms.activate(member_id, alarm);
-            Ok(())
-        })?;
-        self.downgrade =
-            self.backend.get(Bucket::Meta, META_DOWNGRADE)?.and_then(|bytes| crate::downgrade::decode(&bytes));
-        self.auth.load(&*self.backend)
+        Ok(key_leases)
     }
 
     /// Compacts the rebuilt index at the compacted revision (it holds every revision the key bucket
