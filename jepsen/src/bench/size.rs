@@ -17,7 +17,7 @@
 use std::fmt::Write as _;
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant};
 
 use clap::Args;
 use serde::Serialize;
@@ -25,8 +25,8 @@ use tracing::info;
 
 use super::options::{BenchOptions, Stop};
 use super::resources;
-use super::scale::put;
 use super::scale::server::Server;
+use super::scale::{create_dir, put, write, Outcome};
 use super::table::align;
 use crate::client;
 use crate::cluster;
@@ -114,13 +114,6 @@ pub struct SizeMeasure {
     pub first_error: Option<String>,
 }
 
-/// What a size run produced.
-#[derive(Debug)]
-pub struct Outcome {
-    pub dir: PathBuf,
-    pub table: String,
-}
-
 #[derive(Debug, Serialize)]
 struct Report<'a> {
     options: &'a BenchOptions,
@@ -133,7 +126,7 @@ struct Report<'a> {
 pub async fn run(opts: &BenchOptions) -> Result<Outcome> {
     netns::prepare_for(opts.host_network)?;
     let started = Instant::now();
-    let dir = create_dir(opts)?;
+    let dir = create_dir(opts, "size")?;
     info!(dir = %dir.display(), puts = opts.size.puts(), "report folder");
     let mut targets = opts.target.targets();
     targets.sort_by_key(|&t| t != Target::Etcd);
@@ -325,20 +318,6 @@ pub fn render(results: &[SizeMeasure]) -> String {
         }
     }
     out
-}
-
-/// `<store>/bench-size-<targets>-<unix time>`.
-fn create_dir(opts: &BenchOptions) -> Result<PathBuf> {
-    let store = opts.store.clone().unwrap_or_else(|| std::env::temp_dir().join("jepsen"));
-    let stamp = SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_secs());
-    let targets: Vec<&str> = opts.target.targets().iter().map(|t| t.name()).collect();
-    let dir = store.join(format!("bench-size-{}-{stamp}", targets.join("-")));
-    std::fs::create_dir_all(&dir).map_err(Error::system(format!("create {}", dir.display())))?;
-    Ok(dir)
-}
-
-fn write(path: &Path, text: &str) -> Result<()> {
-    std::fs::write(path, text).map_err(Error::system(format!("write {}", path.display())))
 }
 
 #[cfg(test)]

@@ -50,7 +50,7 @@ use crate::netns;
 use crate::options::Target;
 use crate::plot::{self, timeline};
 
-/// What a scale run produced.
+/// What a scale or size run produced.
 #[derive(Debug)]
 pub struct Outcome {
     pub dir: PathBuf,
@@ -71,7 +71,7 @@ struct Report<'a> {
 pub async fn run(opts: &BenchOptions) -> Result<Outcome> {
     netns::prepare_for(opts.host_network)?;
     let started = Instant::now();
-    let dir = create_dir(opts)?;
+    let dir = create_dir(opts, "scale")?;
     info!(dir = %dir.display(), "report folder");
     // etcd first: the table's columns are in this order.
     let mut targets = opts.target.targets();
@@ -202,16 +202,16 @@ pub(crate) fn raft_node_beside_us() -> PathBuf {
     exe.and_then(|exe| exe.parent().map(|dir| dir.join("raft-node"))).unwrap_or_else(|| PathBuf::from("raft-node"))
 }
 
-/// `<store>/bench-scale-<target>-<unix time>`.
-fn create_dir(opts: &BenchOptions) -> Result<PathBuf> {
+/// `<store>/bench-<mode>-<targets>-<unix time>` (`--scale`, `--size`).
+pub(crate) fn create_dir(opts: &BenchOptions, mode: &str) -> Result<PathBuf> {
     let store = opts.store.clone().unwrap_or_else(|| std::env::temp_dir().join("jepsen"));
     let stamp = SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_secs());
     let targets: Vec<&str> = opts.target.targets().iter().map(|t| t.name()).collect();
-    let dir = store.join(format!("bench-scale-{}-{stamp}", targets.join("-")));
+    let dir = store.join(format!("bench-{mode}-{}-{stamp}", targets.join("-")));
     std::fs::create_dir_all(&dir).map_err(Error::system(format!("create {}", dir.display())))?;
     Ok(dir)
 }
 
-fn write(path: &Path, text: &str) -> Result<()> {
+pub(crate) fn write(path: &Path, text: &str) -> Result<()> {
     std::fs::write(path, text).map_err(Error::system(format!("write {}", path.display())))
 }
