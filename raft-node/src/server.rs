@@ -449,28 +449,10 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> anyhow::
     while servers.join_next().await.is_some() {}
     raft.shutdown().await.context("stopping Raft")?;
     if outcome.is_ok() {
-        save_key_index(store.clone()).await;
+        crate::storage::save_key_index(store.clone()).await;
     }
     info!(name = config.name, data_dir = %config.data_dir().display(), "closed etcd server");
     outcome
-}
-
-/// Saves the key index into the store once nothing is applied any more, so that the next start need
-/// not read every revision (`kv_api::store::saved_index`; a start after a crash still does).
-async fn save_key_index(store: kv_api::SharedStore) {
-    let started = std::time::Instant::now();
-    // What the last applies staged goes in first, with the applied log id, as the periodic commit does.
-    let save = move || {
-        let mut store = store.write();
-        store.commit()?;
-        store.save_index()
-    };
-    match tokio::task::spawn_blocking(save).await {
-        Ok(Ok(true)) => info!(took = ?started.elapsed(), "saved the key index for the next start"),
-        Ok(Ok(false)) => {}
-        Ok(Err(err)) => warn!(%err, "could not save the key index; the next start rebuilds it"),
-        Err(err) => warn!(%err, "could not save the key index; the next start rebuilds it"),
-    }
 }
 
 /// etcd's startup note on the backend quota, with its warning past the suggested maximum.

@@ -202,48 +202,6 @@ impl MvccStore {
         self.auth.load(&*self.backend)
     }
 
-    /// The index a clean stop saved (see [`saved_index`]), taken out of the store, if it is whole and
-    /// the store is what it was built from.
-    fn saved_index(&self, finished: Option<i64>) -> Result<Option<saved_index::Saved>> {
-        let Some(saved) = saved_index::take_out(&*self.backend)? else { return Ok(None) };
-        let basis = saved_index::Basis {
-            current: saved.basis.current,
-            compacted: self.compacted,
-            finished: finished.unwrap_or(NEVER_COMPACTED),
-            last_key: self.backend.last_key(Bucket::Key)?,
-        };
-        if saved.basis != basis {
-            tracing::info!(saved = ?saved.basis, store = ?basis, "the saved key index does not match the store; rebuilding it");
-            return Ok(None);
-        }
-        Ok(Some(saved))
-    }
-
-    /// Saves the key index into the store for the next open (see [`saved_index`]), unless a
-    /// compaction is unfinished or writes are staged (commit them first); true when saved. Only for a
-    /// store that changes nothing more (a member that stopped applying).
-    pub fn save_index(&self) -> Result<bool> {
-        let finished = *self.compactor.finished().borrow();
-        let pending = [
-            (self.index_compaction.is_some(), "the key index's compaction has steps left"),
-            (self.compaction_staged, "a compaction is not committed"),
-            (finished < self.compacted, "the compactor has revisions left to delete"),
-            (!self.batch.is_empty() || !self.staged.is_empty(), "writes are not committed"),
-        ];
-        if let Some((_, why)) = pending.iter().find(|(pending, _)| *pending) {
-            tracing::info!(why, "not saving the key index; the next start rebuilds it");
-            return Ok(false);
-        }
-        let basis = saved_index::Basis {
-            current: self.current,
-            compacted: self.compacted,
-            finished,
-            last_key: self.backend.last_key(Bucket::Key)?,
-        };
-        saved_index::store(&*self.backend, saved_index::encode(&basis, &self.index, self.leases.attachments()))?;
-        Ok(true)
-    }
-
     /// Rebuilds the key index from every stored revision; the leases of the keys' newest values.
     fn rebuild_index(
         &mut self,

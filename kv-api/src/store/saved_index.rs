@@ -20,12 +20,57 @@
 //! rebuilds the index from the revisions, as a start after a crash does. A member stops without
 //! saving while a compaction is unfinished (its next start resumes it from the revisions).
 
+use super::{MvccStore, NEVER_COMPACTED};
 use crate::backend::{Backend, Bucket, WriteBatch};
 use crate::error::Result;
 use crate::hash::Crc32c;
 use crate::index::TreeIndex;
 use crate::key_index::KeyIndex;
 use crate::lease::LeaseId;
+
+impl MvccStore {
+    /// The index a clean stop saved (see this module), taken out of the store, if it is whole and
+    /// the store is what it was built from.
+    pub(super) fn saved_index(&self, finished: Option<i64>) -> Result<Option<Saved>> {
+        let Some(saved) = take_out(&*self.backend)? else { return Ok(None) };
+        let basis = Basis {
+            current: saved.basis.current,
+            compacted: self.compacted,
+            finished: finished.unwrap_or(NEVER_COMPACTED),
+            last_key: self.backend.last_key(Bucket::Key)?,
+        };
+        if saved.basis != basis {
+            tracing::info!(saved = ?saved.basis, store = ?basis, "the saved key index does not match the store; rebuilding it");
+            return Ok(None);
+        }
+        Ok(Some(saved))
+    }
+
+    /// Saves the key index into the store for the next open (see this module), unless a
+    /// compaction is unfinished or writes are staged (commit them first); true when saved. Only for a
+    /// store that changes nothing more (a member that stopped applying).
+    pub fn save_index(&self) -> Result<bool> {
+        let finished = *self.compactor.finished().borrow();
+        let pending = [
+            (self.index_compaction.is_some(), "the key index's compaction has steps left"),
+            (self.compaction_staged, "a compaction is not committed"),
+            (finished < self.compacted, "the compactor has revisions left to delete"),
+            (!self.batch.is_empty() || !self.staged.is_empty(), "writes are not committed"),
+        ];
+        if let Some((_, why)) = pending.iter().find(|(pending, _)| *pending) {
+            tracing::info!(why, "not saving the key index; the next start rebuilds it");
+            return Ok(false);
+        }
+        let basis = Basis {
+            current: self.current,
+            compacted: self.compacted,
+            finished,
+            last_key: self.backend.last_key(Bucket::Key)?,
+        };
+        store(&*self.backend, encode(&basis, &self.index, self.leases.attachments()))?;
+        Ok(true)
+    }
+}
 
 /// Where the saved index is kept, in the meta bucket.
 pub const META_SAVED_INDEX: &[u8] = b"saved_index";

@@ -136,3 +136,21 @@ pub(crate) fn decode<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, bincode::er
     }
     Ok(value)
 }
+
+/// Saves the key index into the store once nothing is applied any more, so that the next start need
+/// not read every revision (`kv_api::store::saved_index`; a start after a crash still does).
+pub async fn save_key_index(store: kv_api::SharedStore) {
+    let started = std::time::Instant::now();
+    // What the last applies staged goes in first, with the applied log id, as the periodic commit does.
+    let save = move || {
+        let mut store = store.write();
+        store.commit()?;
+        store.save_index()
+    };
+    match tokio::task::spawn_blocking(save).await {
+        Ok(Ok(true)) => tracing::info!(took = ?started.elapsed(), "saved the key index for the next start"),
+        Ok(Ok(false)) => {}
+        Ok(Err(err)) => tracing::warn!(%err, "could not save the key index; the next start rebuilds it"),
+        Err(err) => tracing::warn!(%err, "could not save the key index; the next start rebuilds it"),
+    }
+}
