@@ -207,19 +207,16 @@ impl TreeIndex {
         self.keys.iter()
     }
 
-    /// Adds `key` with its whole history (loading a saved index, in key order).
+    /// Adds `key`, absent so far, with its whole history (loading a saved index, in key order); a key
+    /// already present is left as it is.
     pub(crate) fn restore_key(&mut self, key: &[u8], history: KeyIndex) {
         let revisions = history.revision_count() as u64;
         let mut history = Some(history);
-        let new = self.keys.upsert(key, |present| match present {
-            Some(present) => {
-                *present = history.take().expect("given once");
-                None
-            }
-            None => history.take(),
-        });
+        let new = self.keys.upsert(key, |present| if present.is_some() { None } else { history.take() });
         self.count_new(key, new);
-        self.size.revisions += revisions;
+        if new {
+            self.size.revisions += revisions;
+        }
     }
 
     pub fn len(&self) -> usize {

@@ -169,23 +169,26 @@ impl KeyIndex {
     /// Appends the history to `out`: the count of lives, then each life's creating revision, version
     /// and revisions (see [`crate::store`]'s saved index). [`KeyIndex::decode`] gives it back.
     pub(crate) fn encode(&self, out: &mut Vec<u8>) {
-        let one;
-        let generations = match &self.0 {
-            Repr::One { created, modified, version } => {
-                one = [Generation { created: *created, version: version.get(), revs: vec![*modified] }];
-                &one[..]
-            }
-            Repr::Generations(generations) => generations.as_slice(),
-        };
-        out.extend_from_slice(&(generations.len() as u32).to_le_bytes());
-        for generation in generations {
-            for n in [generation.created.main, generation.created.sub, generation.version] {
+        fn life(out: &mut Vec<u8>, created: Revision, version: i64, revs: &[Revision]) {
+            for n in [created.main, created.sub, version] {
                 out.extend_from_slice(&n.to_le_bytes());
             }
-            out.extend_from_slice(&(generation.revs.len() as u32).to_le_bytes());
-            for rev in &generation.revs {
+            out.extend_from_slice(&(revs.len() as u32).to_le_bytes());
+            for rev in revs {
                 out.extend_from_slice(&rev.main.to_le_bytes());
                 out.extend_from_slice(&rev.sub.to_le_bytes());
+            }
+        }
+        match &self.0 {
+            Repr::One { created, modified, version } => {
+                out.extend_from_slice(&1u32.to_le_bytes());
+                life(out, *created, version.get(), std::slice::from_ref(modified));
+            }
+            Repr::Generations(generations) => {
+                out.extend_from_slice(&(generations.len() as u32).to_le_bytes());
+                for g in generations {
+                    life(out, g.created, g.version, &g.revs);
+                }
             }
         }
     }

@@ -310,7 +310,7 @@ impl LogStore {
                         left = left.saturating_sub(*size as u64);
                         at += 1;
                     }
-                    return at.max(start + 1).min(end.max(start + 1));
+                    return at.max(start + 1);
                 }
             }
         }

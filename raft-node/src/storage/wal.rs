@@ -233,8 +233,8 @@ fn encode_ends(first: u64, ends: &[u32]) -> Vec<u8> {
 }
 
 /// The ends an ends file names for the segment in `file` (first entry `first`), if they can be
-/// trusted: the file is whole, names `first`, its ends grow and lie within the segment, and the last
-/// record's header is where they say. `None` sends the caller back to [`scan`].
+/// trusted: the file is whole, names `first`, its ends grow and lie within the segment, the last
+/// record's header is where they say and no record follows it. `None` sends the caller back to [`scan`].
 fn read_ends(path: &Path, file: &File, first: u64) -> Option<Vec<u32>> {
     let bytes = std::fs::read(path).ok()?;
     let (body, crc) = bytes.split_at_checked(bytes.len().checked_sub(4)?)?;
@@ -397,7 +397,7 @@ impl Wal {
             }
             left = left.saturating_sub(u64::from(segment.ends[from + taken - 1]) - base);
         }
-        at.max(start + 1).min(end.max(start + 1))
+        at.max(start + 1)
     }
 
     /// Whether `entries` would all go into the current segment, without moving to a new one (which
