@@ -8,7 +8,7 @@
 //! never behind an event already sent, because a catch-up reads no further than the hub has announced and
 //! a progress notification uses the revision of a drain made after it.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
@@ -16,14 +16,14 @@ use std::sync::Arc;
 use proto::etcdserverpb as pb;
 use proto::etcdserverpb::watch_request::RequestUnion;
 use proto::mvccpb::Event;
-use tokio::sync::{mpsc, Notify};
+use tokio::sync::mpsc;
 use tonic::{Status, Streaming};
 use tracing::debug;
 
 use crate::consensus::Consensus;
 use crate::error::Error;
 use crate::store::SharedStore;
-use crate::watch::hub::{mod_revision, WatchHub, WatchRange, WatcherKey};
+use crate::watch::hub::{mod_revision, Inbox, WatchHub, WatchRange, WatcherKey};
 use crate::watch::watcher::{by_revision, fill_prev_kv, fragments, truncate_batch, Watcher, CATCH_UP_REVISIONS};
 use crate::watch::WatchConfig;
 
@@ -64,12 +64,16 @@ pub(crate) struct WatchStream<C> {
     store: SharedStore,
     hub: Arc<WatchHub>,
     config: WatchConfig,
-    signal: Arc<Notify>,
+    /// Where the hub lists the stream's watchers that have news, and wakes the stream.
+    inbox: Arc<Inbox>,
     out: mpsc::Sender<Result<pb::WatchResponse, Status>>,
     /// Resolves when the server ends the stream (shutdown, leader lost).
     end: EndFuture,
     watchers: BTreeMap<i64, Watcher>,
     ids: HashMap<WatcherKey, i64>,
+    /// The ids of the watchers that are not synced (they catch up from the store), so that a wake-up
+    /// never looks at every watcher.
+    unsynced: BTreeSet<i64>,
     /// The next server-chosen watch id.
     next_id: i64,
     /// A `RequestProgress` waits for every watcher to be synced.
@@ -95,11 +99,12 @@ impl<C: Consensus> WatchStream<C> {
             store,
             hub,
             config,
-            signal: Arc::new(Notify::new()),
+            inbox: Inbox::new(),
             out,
             end,
             watchers: BTreeMap::new(),
             ids: HashMap::new(),
+            unsynced: BTreeSet::new(),
             next_id: 0,
             progress_requested: false,
             sent_rev: 0,
@@ -118,8 +123,8 @@ impl<C: Consensus> WatchStream<C> {
             if let Err(end) = self.pump().await {
                 break end;
             }
-            let catching_up = self.watchers.values().any(|w| !w.synced);
-            let signal = self.signal.clone();
+            let catching_up = !self.unsynced.is_empty();
+            let inbox = self.inbox.clone();
             let out = self.out.clone();
             let step = tokio::select! {
                 biased;
@@ -133,7 +138,7 @@ impl<C: Consensus> WatchStream<C> {
                     // its status, as in etcd; a client that went away never reads it.
                     Err(status) => Step::End(End::Status(status)),
                 },
-                () = signal.notified() => Step::Wake,
+                () = inbox.notified() => Step::Wake,
                 _ = ticker.tick() => Step::Tick,
                 () = std::future::ready(()), if catching_up => Step::Wake,
             };
@@ -213,9 +218,12 @@ impl<C: Consensus> WatchStream<C> {
         } else {
             create.watch_id
         };
-        let registered = self.hub.register(range.clone(), create.start_revision, self.signal.clone());
+        let registered = self.hub.register(range.clone(), create.start_revision, self.inbox.clone());
         let watcher = Watcher::new(id, registered.key, &create, range, registered.start, registered.synced);
         self.ids.insert(registered.key, id);
+        if !registered.synced {
+            self.unsynced.insert(id);
+        }
         self.watchers.insert(id, watcher);
         let resp = pb::WatchResponse {
             header: Some(self.header(registered.revision)),
@@ -244,6 +252,7 @@ impl<C: Consensus> WatchStream<C> {
     fn remove(&mut self, id: i64) -> Option<Watcher> {
         let watcher = self.watchers.remove(&id)?;
         self.ids.remove(&watcher.key);
+        self.unsynced.remove(&id);
         self.hub.unregister(watcher.key);
         Some(watcher)
     }
@@ -252,13 +261,13 @@ impl<C: Consensus> WatchStream<C> {
     /// progress notification once every watcher is synced.
     async fn pump(&mut self) -> Result<(), End> {
         self.drain().await?;
-        let unsynced: Vec<i64> = self.watchers.values().filter(|w| !w.synced).map(|w| w.id).collect();
+        let unsynced: Vec<i64> = self.unsynced.iter().copied().collect();
         for id in unsynced {
             self.catch_up(id).await?;
         }
-        if self.progress_requested && self.watchers.values().all(|w| w.synced) {
+        if self.progress_requested && self.unsynced.is_empty() {
             let revision = self.drain().await?;
-            if self.watchers.values().all(|w| w.synced) && revision >= self.sent_rev {
+            if self.unsynced.is_empty() && revision >= self.sent_rev {
                 self.progress_requested = false;
                 let resp =
                     pb::WatchResponse { header: Some(self.header(revision)), watch_id: -1, ..Default::default() };
@@ -269,16 +278,21 @@ impl<C: Consensus> WatchStream<C> {
         Ok(())
     }
 
-    /// Sends every watcher's buffered events, one response per revision; returns the hub's revision at the
-    /// drain (synced watchers have everything up to it).
+    /// Sends the buffered events of the watchers with news, one response per revision; returns the hub's
+    /// revision at the drain (synced watchers have everything up to it: the others had nothing buffered).
     async fn drain(&mut self) -> Result<i64, End> {
-        let (revision, drained) = self.hub.drain(self.watchers.values().map(|w| w.key));
+        let (revision, drained) = self.hub.drain(&self.inbox);
         for (key, drained) in drained {
             let Some(watcher) = self.ids.get(&key).and_then(|id| self.watchers.get_mut(id)) else {
                 continue;
             };
             let mut events = watcher.select(drained.events.iter().map(|e| &**e));
             watcher.synced = drained.synced;
+            if drained.synced {
+                self.unsynced.remove(&watcher.id);
+            } else {
+                self.unsynced.insert(watcher.id);
+            }
             if drained.synced {
                 watcher.next_rev = watcher.next_rev.max(revision + 1);
             } else if let Some(from) = drained.resume_from {
@@ -344,6 +358,7 @@ impl<C: Consensus> WatchStream<C> {
         watcher.next_rev = watcher.next_rev.max(upto + 1);
         if upto >= announced && self.hub.try_sync(key, upto) {
             watcher.synced = true;
+            self.unsynced.remove(&id);
         }
         if !events.is_empty() {
             self.send_events(id, current, events).await?;

@@ -15,7 +15,7 @@ pub(crate) mod watcher;
 use std::hash::{BuildHasher, Hasher};
 use std::time::Duration;
 
-pub use hub::{Backlog, WatchHub, WatchRange};
+pub use hub::{Backlog, Inbox, WatchHub, WatchRange};
 
 /// etcd's default `--experimental-watch-progress-notify-interval`.
 pub const DEFAULT_PROGRESS_NOTIFY_INTERVAL: Duration = Duration::from_secs(600);
