@@ -68,6 +68,8 @@ pub struct MemberStatus {
     /// The index of the last entry in this member's Raft log.
     pub raft_index: u64,
     pub revision: i64,
+    /// The size of its backend database (etcd's `dbSize`), in bytes.
+    pub db_size: i64,
 }
 
 pub async fn status(channel: &Channel, timeout: Duration) -> Result<MemberStatus, tonic::Status> {
@@ -80,6 +82,7 @@ pub async fn status(channel: &Channel, timeout: Duration) -> Result<MemberStatus
         raft_term: response.raft_term,
         raft_index: response.raft_index,
         revision: header.revision,
+        db_size: response.db_size,
     })
 }
 

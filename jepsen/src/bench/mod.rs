@@ -17,12 +17,15 @@
 //!   compaction and defrag, a slow watch consumer and one large Range.
 //! - [`size`]: `--size`, one member of each target loaded with 10 GiB, restarted and caught up by
 //!   a new member.
+//! - [`soak`]: `--soak`, one member of each target updated at a steady rate for an hour with
+//!   periodic compaction, its memory and database size sampled.
 
 pub mod leader_stop;
 pub mod options;
 pub mod resources;
 pub mod scale;
 pub mod size;
+pub mod soak;
 pub mod stats;
 pub mod table;
 pub mod workload;
@@ -80,6 +83,10 @@ pub async fn run(opts: BenchOptions) -> Result<Outcome> {
     }
     if opts.size.size {
         let outcome = size::run(&opts).await?;
+        return Ok(Outcome { dir: outcome.dir, table: outcome.table });
+    }
+    if opts.soak.soak {
+        let outcome = soak::run(&opts).await?;
         return Ok(Outcome { dir: outcome.dir, table: outcome.table });
     }
     netns::prepare_for(opts.host_network)?;

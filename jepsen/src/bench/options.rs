@@ -9,6 +9,7 @@ use serde::Serialize;
 
 use super::scale::options::ScaleOptions;
 use super::size::SizeOptions;
+use super::soak::SoakOptions;
 use crate::options::Target;
 
 /// Which clusters to measure.
@@ -233,6 +234,10 @@ pub struct BenchOptions {
     /// size mode and its sizes (`--size`)
     #[command(flatten)]
     pub size: SizeOptions,
+
+    /// soak mode and its sizes (`--soak`)
+    #[command(flatten)]
+    pub soak: SoakOptions,
 
     /// watch-latency: puts per second
     #[arg(long, default_value_t = 100, value_parser = clap::value_parser!(u32).range(1..))]
