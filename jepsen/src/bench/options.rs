@@ -310,7 +310,7 @@ fn positive_secs(text: &str) -> Result<f64, String> {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use clap::Parser;
 
     use super::*;
@@ -321,7 +321,8 @@ mod tests {
         bench: BenchOptions,
     }
 
-    fn parse(args: &[&str]) -> Result<BenchOptions, clap::Error> {
+    /// `jepsen bench`'s options as `args` give them (the modes' tests use it too).
+    pub(crate) fn parse(args: &[&str]) -> Result<BenchOptions, clap::Error> {
         Cli::try_parse_from(["bench"].iter().chain(args)).map(|cli| cli.bench)
     }
 

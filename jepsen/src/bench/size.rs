@@ -27,7 +27,7 @@ use super::options::{BenchOptions, Stop};
 use super::resources;
 use super::scale::server::Server;
 use super::scale::{create_dir, put, write, Outcome};
-use super::table::align;
+use super::table::{side_by_side, Figure};
 use crate::client;
 use crate::cluster;
 use crate::error::{Error, Result};
@@ -128,10 +128,8 @@ pub async fn run(opts: &BenchOptions) -> Result<Outcome> {
     let started = Instant::now();
     let dir = create_dir(opts, "size")?;
     info!(dir = %dir.display(), puts = opts.size.puts(), "report folder");
-    let mut targets = opts.target.targets();
-    targets.sort_by_key(|&t| t != Target::Etcd);
     let mut results = Vec::new();
-    for target in targets {
+    for target in super::scale::etcd_first(opts) {
         results.push(measure(opts, target, &dir).await?);
     }
     let table = render(&results);
@@ -142,12 +140,7 @@ pub async fn run(opts: &BenchOptions) -> Result<Outcome> {
 }
 
 async fn measure(opts: &BenchOptions, target: Target, dir: &Path) -> Result<SizeMeasure> {
-    let root = dir.join(target.name());
-    std::fs::create_dir_all(&root).map_err(Error::system(format!("create {}", root.display())))?;
-    let binary = match target {
-        Target::Ours => opts.server_bin.clone().unwrap_or_else(super::scale::raft_node_beside_us),
-        Target::Etcd => opts.etcd_bin.clone(),
-    };
+    let (root, binary) = super::scale::target_dir_and_binary(opts, target, dir)?;
     let size = &opts.size;
     let quota = size.quota_bytes();
     let mut server = Server::start(target, &binary, &root, quota).await?;
@@ -274,8 +267,7 @@ fn disk_bytes(dir: &Path) -> u64 {
 /// One row per figure, one column per target, and ours/etcd when both ran.
 pub fn render(results: &[SizeMeasure]) -> String {
     let Some(first) = results.first() else { return String::new() };
-    type Figure = fn(&SizeMeasure) -> f64;
-    let rows: Vec<(String, Figure, usize)> = vec![
+    let rows: Vec<Figure<SizeMeasure>> = vec![
         (format!("load: {} puts of {} B to distinct keys, s", first.puts, first.value_size), |m| m.load_secs, 1),
         ("load: puts/s".into(), |m| m.load_puts_per_sec, 0),
         ("load: MB/s of values".into(), |m| m.load_mb_per_sec, 1),
@@ -290,26 +282,8 @@ pub fn render(results: &[SizeMeasure]) -> String {
         ("peak RSS MB of the new member".into(), |m| m.new_member_peak_rss_bytes as f64 / MB, 0),
         ("disk GiB of the new member".into(), |m| m.new_member_disk_bytes as f64 / GIB, 2),
     ];
-    let pair = match results {
-        [etcd, ours] if etcd.target == Some(Target::Etcd) && ours.target == Some(Target::Ours) => Some((etcd, ours)),
-        _ => None,
-    };
-    let mut header = vec!["probe".to_string()];
-    header.extend(results.iter().map(|m| m.target.map_or("?", Target::name).to_string()));
-    if pair.is_some() {
-        header.push("ours/etcd".to_string());
-    }
-    let mut lines = vec![header];
-    for (label, figure, decimals) in rows {
-        let mut line = vec![label];
-        line.extend(results.iter().map(|m| format!("{:.*}", decimals, figure(m))));
-        if let Some((etcd, ours)) = pair {
-            let (a, b) = (figure(ours), figure(etcd));
-            line.push(if b != 0.0 { format!("{:.2}", a / b) } else { "-".into() });
-        }
-        lines.push(line);
-    }
-    let mut out = align(&lines);
+    let columns: Vec<_> = results.iter().map(|m| (m.target, m)).collect();
+    let mut out = side_by_side(&columns, &rows);
     for m in results {
         let name = m.target.map_or("?", Target::name);
         let _ = writeln!(out, "{name}: revision {} loaded, {} load errors", m.revision, m.load_errors);

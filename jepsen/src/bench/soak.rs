@@ -7,7 +7,7 @@
 //!   `--soak-value` bytes: the same keys updated over and over;
 //! - every `--soak-compact-secs`, a Compaction at the revision the previous one read, as
 //!   kube-apiserver compacts (every 5 minutes there), so that history stays bounded;
-//! - every [`SAMPLE`], a sample: the member's RSS, its database size (Status' `dbSize`), its revision,
+//! - every [`SAMPLE`] and when the puts end, a sample: the member's RSS, its database size (Status' `dbSize`), its revision,
 //!   and the puts, errors and slowest put since the sample before.
 //!
 //! The table compares the RSS early (once a tenth of the time has passed), halfway and at the end,
@@ -29,7 +29,7 @@ use super::options::BenchOptions;
 use super::scale::put::key;
 use super::scale::server::Server;
 use super::scale::{create_dir, write, Outcome};
-use super::table::align;
+use super::table::{align, side_by_side, Figure};
 use super::workload::connect_all;
 use crate::client;
 use crate::error::{Error, Result};
@@ -143,10 +143,8 @@ pub async fn run(opts: &BenchOptions) -> Result<Outcome> {
     netns::prepare_for(opts.host_network)?;
     let dir = create_dir(opts, "soak")?;
     info!(dir = %dir.display(), secs = opts.soak.soak_secs, "report folder");
-    let mut targets = opts.target.targets();
-    targets.sort_by_key(|&t| t != Target::Etcd);
     let mut results = Vec::new();
-    for target in targets {
+    for target in super::scale::etcd_first(opts) {
         results.push(measure(opts, target, &dir).await?);
     }
     let table = render(&results);
@@ -168,12 +166,7 @@ struct Window {
 }
 
 async fn measure(opts: &BenchOptions, target: Target, dir: &Path) -> Result<SoakMeasure> {
-    let root = dir.join(target.name());
-    std::fs::create_dir_all(&root).map_err(Error::system(format!("create {}", root.display())))?;
-    let binary = match target {
-        Target::Ours => opts.server_bin.clone().unwrap_or_else(super::scale::raft_node_beside_us),
-        Target::Etcd => opts.etcd_bin.clone(),
-    };
+    let (root, binary) = super::scale::target_dir_and_binary(opts, target, dir)?;
     let soak = &opts.soak;
     let mut server = Server::start(target, &binary, &root, opts.scale.quota_backend_bytes).await?;
     info!(target = target.name(), binary = %binary.display(), "member ready");
@@ -220,11 +213,14 @@ async fn measure(opts: &BenchOptions, target: Target, dir: &Path) -> Result<Soak
         .collect();
 
     let mut m = SoakMeasure { target: Some(target), ..Default::default() };
-    let mut ticker = tokio::time::interval_at(started + SAMPLE, SAMPLE);
     let compact_every = Duration::from_secs(soak.soak_compact_secs);
     let (mut next_compaction, mut compact_at) = (started + compact_every, 0);
+    let mut next_sample = started;
     loop {
-        let now = ticker.tick().await;
+        // Every SAMPLE, and the last one when the puts end.
+        next_sample = (next_sample + SAMPLE).min(deadline);
+        tokio::time::sleep_until(next_sample).await;
+        let now = next_sample;
         let status = client::status(server.member.channel(), CALL_TIMEOUT)
             .await
             .map_err(|status| Error::Setup(format!("Status: {}", client::describe(&status))))?;
@@ -260,7 +256,7 @@ async fn measure(opts: &BenchOptions, target: Target, dir: &Path) -> Result<Soak
     for task in clients {
         let _ = task.await;
     }
-    m.secs = started.elapsed().as_secs_f64();
+    m.secs = deadline.duration_since(started).as_secs_f64();
     info!(target = target.name(), puts = m.puts, errors = m.errors, peak_rss_mb = m.peak_rss_mb() as u64, "soaked");
     server.member.kill()?;
     let _ = std::fs::copy(server.log_path(), dir.join(format!("{}.log", target.name())));
@@ -273,40 +269,21 @@ async fn measure(opts: &BenchOptions, target: Target, dir: &Path) -> Result<Soak
 /// One row per figure, one column per target and ours/etcd when both ran; then the samples at
 /// [`CHECKPOINTS`] points in time.
 pub fn render(results: &[SoakMeasure]) -> String {
-    type Figure = fn(&SoakMeasure) -> f64;
-    let rows: Vec<(&str, Figure, usize)> = vec![
-        ("puts/s (paced), to the same keys", SoakMeasure::puts_per_sec, 0),
-        ("put errors", |m| m.errors as f64, 0),
-        ("slowest put, ms", SoakMeasure::slowest_put_ms, 1),
-        ("compactions", |m| m.compactions as f64, 0),
-        ("RSS MB at a tenth of the time", |m| m.rss_mb_at(0.1), 0),
-        ("RSS MB halfway", |m| m.rss_mb_at(0.5), 0),
-        ("RSS MB at the end", |m| m.rss_mb_at(1.0), 0),
-        ("RSS MB growth over the second half", |m| m.rss_mb_at(1.0) - m.rss_mb_at(0.5), 0),
-        ("peak RSS MB", SoakMeasure::peak_rss_mb, 0),
-        ("database MB at the end (dbSize)", |m| m.at(1.0).map_or(0.0, |s| s.db_size_bytes as f64 / MB), 0),
+    let rows: Vec<Figure<SoakMeasure>> = vec![
+        ("puts/s (paced), to the same keys".into(), SoakMeasure::puts_per_sec, 0),
+        ("put errors".into(), |m| m.errors as f64, 0),
+        ("slowest put, ms".into(), SoakMeasure::slowest_put_ms, 1),
+        ("compactions".into(), |m| m.compactions as f64, 0),
+        ("RSS MB at a tenth of the time".into(), |m| m.rss_mb_at(0.1), 0),
+        ("RSS MB halfway".into(), |m| m.rss_mb_at(0.5), 0),
+        ("RSS MB at the end".into(), |m| m.rss_mb_at(1.0), 0),
+        ("RSS MB growth over the second half".into(), |m| m.rss_mb_at(1.0) - m.rss_mb_at(0.5), 0),
+        ("peak RSS MB".into(), SoakMeasure::peak_rss_mb, 0),
+        ("database MB at the end (dbSize)".into(), |m| m.at(1.0).map_or(0.0, |s| s.db_size_bytes as f64 / MB), 1),
     ];
-    let pair = match results {
-        [etcd, ours] if etcd.target == Some(Target::Etcd) && ours.target == Some(Target::Ours) => Some((etcd, ours)),
-        _ => None,
-    };
     let name = |m: &SoakMeasure| m.target.map_or("?", Target::name).to_string();
-    let mut header = vec!["probe".to_string()];
-    header.extend(results.iter().map(name));
-    if pair.is_some() {
-        header.push("ours/etcd".to_string());
-    }
-    let mut lines = vec![header];
-    for (label, figure, decimals) in rows {
-        let mut line = vec![label.to_string()];
-        line.extend(results.iter().map(|m| format!("{:.*}", decimals, figure(m))));
-        if let Some((etcd, ours)) = pair {
-            let (a, b) = (figure(ours), figure(etcd));
-            line.push(if b != 0.0 { format!("{:.2}", a / b) } else { "-".into() });
-        }
-        lines.push(line);
-    }
-    let mut out = align(&lines);
+    let columns: Vec<_> = results.iter().map(|m| (m.target, m)).collect();
+    let mut out = side_by_side(&columns, &rows);
     out.push('\n');
     let mut header = vec!["minute".to_string()];
     for m in results {
@@ -320,7 +297,7 @@ pub fn render(results: &[SoakMeasure]) -> String {
         for m in results {
             let sample = m.at(fraction).cloned().unwrap_or_default();
             line.push(format!("{:.0}", sample.rss_bytes as f64 / MB));
-            line.push(format!("{:.0}", sample.db_size_bytes as f64 / MB));
+            line.push(format!("{:.1}", sample.db_size_bytes as f64 / MB));
         }
         series.push(line);
     }
@@ -335,24 +312,10 @@ pub fn render(results: &[SoakMeasure]) -> String {
 
 #[cfg(test)]
 mod tests {
-    use clap::Parser;
-
     use super::*;
 
-    #[derive(Debug, Parser)]
-    struct Cli {
-        #[command(flatten)]
-        soak: SoakOptions,
-        #[arg(long)]
-        memory: bool,
-        #[arg(long)]
-        scale: bool,
-        #[arg(long)]
-        size: bool,
-    }
-
     fn parse(args: &[&str]) -> std::result::Result<SoakOptions, clap::Error> {
-        Cli::try_parse_from(["bench"].iter().chain(args)).map(|cli| cli.soak)
+        crate::bench::options::tests::parse(args).map(|opts| opts.soak)
     }
 
     #[test]

@@ -266,6 +266,34 @@ fn render_pair(ours: &TargetSummary, etcd: &TargetSummary) -> String {
     out
 }
 
+/// A figure of a one-member probe (`--size`, `--soak`): its row's label, how to read it from a
+/// target's measure, and its decimals.
+pub(crate) type Figure<M> = (String, fn(&M) -> f64, usize);
+
+/// One row per figure and one column per target (`probe` and the targets' names in the header), with
+/// ours/etcd in a last column when exactly etcd then ours were measured; aligned.
+pub(crate) fn side_by_side<M>(results: &[(Option<Target>, &M)], figures: &[Figure<M>]) -> String {
+    let pair = match results {
+        [(Some(Target::Etcd), etcd), (Some(Target::Ours), ours)] => Some((*etcd, *ours)),
+        _ => None,
+    };
+    let mut header = vec!["probe".to_string()];
+    header.extend(results.iter().map(|(target, _)| target.map_or("?", Target::name).to_string()));
+    if pair.is_some() {
+        header.push("ours/etcd".to_string());
+    }
+    let mut lines = vec![header];
+    for (label, figure, decimals) in figures {
+        let mut line = vec![label.clone()];
+        line.extend(results.iter().map(|(_, m)| format!("{:.*}", decimals, figure(m))));
+        if let Some((etcd, ours)) = pair {
+            line.push(fmt_ratio(ratio(figure(ours), figure(etcd))));
+        }
+        lines.push(line);
+    }
+    align(&lines)
+}
+
 /// Left-aligns the first column and right-aligns the others, two spaces apart (the `--scale` table too).
 pub(crate) fn align(lines: &[Vec<String>]) -> String {
     let columns = lines.iter().map(Vec::len).max().unwrap_or(0);

@@ -73,11 +73,8 @@ pub async fn run(opts: &BenchOptions) -> Result<Outcome> {
     let started = Instant::now();
     let dir = create_dir(opts, "scale")?;
     info!(dir = %dir.display(), "report folder");
-    // etcd first: the table's columns are in this order.
-    let mut targets = opts.target.targets();
-    targets.sort_by_key(|&t| t != Target::Etcd);
     let mut results = Vec::new();
-    for target in targets {
+    for target in etcd_first(opts) {
         results.push(measure(opts, target, &dir).await?);
     }
     let table = table::render(&results);
@@ -103,12 +100,7 @@ pub async fn run(opts: &BenchOptions) -> Result<Outcome> {
 /// Every probe on a fresh member of `target`, which is killed afterwards.
 async fn measure(opts: &BenchOptions, target: Target, dir: &Path) -> Result<TargetResult> {
     let started = Instant::now();
-    let root = dir.join(target.name());
-    std::fs::create_dir_all(&root).map_err(Error::system(format!("create {}", root.display())))?;
-    let binary = match target {
-        Target::Ours => opts.server_bin.clone().unwrap_or_else(raft_node_beside_us),
-        Target::Etcd => opts.etcd_bin.clone(),
-    };
+    let (root, binary) = target_dir_and_binary(opts, target, dir)?;
     let scale = &opts.scale;
     let mut server = Server::start(target, &binary, &root, scale.quota_backend_bytes).await?;
     info!(target = target.name(), binary = %binary.display(), "member ready");
@@ -194,6 +186,24 @@ fn draw(results: &[TargetResult], path: &Path) -> Result<()> {
         .collect();
     let title = "put latency of a concurrent writer during compaction and defrag".to_string();
     timeline::Timeline { title, series, spans, text: plot::font().is_some() }.draw(path)
+}
+
+/// The targets to measure, etcd first (the tables' columns are in this order).
+pub(crate) fn etcd_first(opts: &BenchOptions) -> Vec<Target> {
+    let mut targets = opts.target.targets();
+    targets.sort_by_key(|&t| t != Target::Etcd);
+    targets
+}
+
+/// A target's folder under the report's `dir` (created) and the server binary it runs.
+pub(crate) fn target_dir_and_binary(opts: &BenchOptions, target: Target, dir: &Path) -> Result<(PathBuf, PathBuf)> {
+    let root = dir.join(target.name());
+    std::fs::create_dir_all(&root).map_err(Error::system(format!("create {}", root.display())))?;
+    let binary = match target {
+        Target::Ours => opts.server_bin.clone().unwrap_or_else(raft_node_beside_us),
+        Target::Etcd => opts.etcd_bin.clone(),
+    };
+    Ok((root, binary))
 }
 
 /// `raft-node` next to this binary (where `cargo build` puts both).
