@@ -7,8 +7,8 @@
 //!   `--soak-value` bytes: the same keys updated over and over;
 //! - every `--soak-compact-secs`, a Compaction at the revision the previous one read, as
 //!   kube-apiserver compacts (every 5 minutes there), so that history stays bounded;
-//! - every [`SAMPLE`] and when the puts end, a sample: the member's RSS, its database size (Status' `dbSize`), its revision,
-//!   and the puts, errors and slowest put since the sample before.
+//! - every [`SAMPLE`] and when the puts end, a sample: the member's RSS, its database size (Status'
+//!   `dbSize`), its revision, and the puts, errors and slowest put since the sample before.
 //!
 //! The table compares the RSS early (once a tenth of the time has passed), halfway and at the end,
 //! the growth over the second half and the peak; then the samples at ten points in time. Everything
