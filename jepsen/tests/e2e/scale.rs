@@ -4,7 +4,7 @@
 //! that the probes work, not how fast anything is (benchmarks are not tests). And a short
 //! `jepsen bench --soak` the same way: paced puts, compactions and samples of both.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 use serde_json::Value;
 
@@ -33,15 +33,34 @@ fn etcd35() -> PathBuf {
         .join("etcd")
 }
 
+/// etcd 3.5.1, or `None` when it is missing and the run may skip (`test` names the test in the message).
+fn etcd35_or_skip(test: &str) -> Option<PathBuf> {
+    let etcd = etcd35();
+    if etcd.is_file() {
+        return Some(etcd);
+    }
+    let why = format!("{} is missing: run scripts/test, which downloads etcd 3.5.1 there", etcd.display());
+    assert!(!tools_required(), "this run requires the {test} test: {why}");
+    eprintln!("skipped: {why}");
+    None
+}
+
+/// The report folder under `store` holding `file`, and that file parsed.
+fn report_json(store: &Path, file: &str) -> (PathBuf, Value) {
+    let report = store
+        .read_dir()
+        .expect("store")
+        .filter_map(Result::ok)
+        .map(|entry| entry.path())
+        .find(|path| path.join(file).is_file())
+        .unwrap_or_else(|| panic!("no {file} under {}", store.display()));
+    let json = serde_json::from_str(&std::fs::read_to_string(report.join(file)).expect("read")).expect("parses");
+    (report, json)
+}
+
 #[test]
 fn a_tiny_scale_bench_fills_every_row_for_etcd_and_ours() {
-    let etcd = etcd35();
-    if !etcd.is_file() {
-        let why = format!("{} is missing: run scripts/test, which downloads etcd 3.5.1 there", etcd.display());
-        assert!(!tools_required(), "this run requires the scale test: {why}");
-        eprintln!("skipped: {why}");
-        return;
-    }
+    let Some(etcd) = etcd35_or_skip("scale") else { return };
     let Some(_one_at_a_time) = start() else { return };
     let store = tempfile::tempdir().expect("temp store");
     let sizes = ["--watchers", "200", "--watch-streams", "4", "--watch-puts", "100"];
@@ -72,16 +91,7 @@ fn a_tiny_scale_bench_fills_every_row_for_etcd_and_ours() {
     }
     assert!(!stdout.contains("ERROR"), "a probe failed:\n{stdout}\n{stderr}");
 
-    let report = store
-        .path()
-        .read_dir()
-        .expect("store")
-        .filter_map(Result::ok)
-        .map(|entry| entry.path())
-        .find(|path| path.join("scale.json").is_file())
-        .unwrap_or_else(|| panic!("no scale.json under {}", store.path().display()));
-    let json: Value =
-        serde_json::from_str(&std::fs::read_to_string(report.join("scale.json")).expect("read")).expect("parses");
+    let (report, json) = report_json(store.path(), "scale.json");
     let results = json["results"].as_array().expect("results");
     assert_eq!(results.iter().map(|r| r["target"].as_str()).collect::<Vec<_>>(), [Some("etcd"), Some("ours")]);
     for result in results {
@@ -111,13 +121,7 @@ const SOAK_ROWS: [&str; 10] = [
 
 #[test]
 fn a_short_soak_paces_its_puts_compacts_and_samples_etcd_and_ours() {
-    let etcd = etcd35();
-    if !etcd.is_file() {
-        let why = format!("{} is missing: run scripts/test, which downloads etcd 3.5.1 there", etcd.display());
-        assert!(!tools_required(), "this run requires the soak test: {why}");
-        eprintln!("skipped: {why}");
-        return;
-    }
+    let Some(etcd) = etcd35_or_skip("soak") else { return };
     let Some(_one_at_a_time) = start() else { return };
     let store = tempfile::tempdir().expect("temp store");
     let output = jepsen()
@@ -156,16 +160,7 @@ fn a_short_soak_paces_its_puts_compacts_and_samples_etcd_and_ours() {
         assert!(rss > 0.0, "{stdout}");
     }
 
-    let report = store
-        .path()
-        .read_dir()
-        .expect("store")
-        .filter_map(Result::ok)
-        .map(|entry| entry.path())
-        .find(|path| path.join("soak.json").is_file())
-        .unwrap_or_else(|| panic!("no soak.json under {}", store.path().display()));
-    let json: Value =
-        serde_json::from_str(&std::fs::read_to_string(report.join("soak.json")).expect("read")).expect("parses");
+    let (report, json) = report_json(store.path(), "soak.json");
     let results = json["results"].as_array().expect("results");
     assert_eq!(results.iter().map(|r| r["target"].as_str()).collect::<Vec<_>>(), [Some("etcd"), Some("ours")]);
     for result in results {
