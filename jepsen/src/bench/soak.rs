@@ -104,6 +104,15 @@ pub struct SoakMeasure {
 }
 
 impl SoakMeasure {
+    /// Adds what the clients saw in `window` to the totals.
+    fn count(&mut self, window: &Window) {
+        self.puts += window.puts;
+        self.errors += window.errors;
+        if self.first_error.is_none() {
+            self.first_error.clone_from(&window.first_error);
+        }
+    }
+
     fn puts_per_sec(&self) -> f64 {
         if self.secs > 0.0 {
             self.puts as f64 / self.secs
@@ -225,11 +234,7 @@ async fn measure(opts: &BenchOptions, target: Target, dir: &Path) -> Result<Soak
             .await
             .map_err(|status| Error::Setup(format!("Status: {}", client::describe(&status))))?;
         let w = std::mem::take(&mut *window.lock().unwrap_or_else(|e| e.into_inner()));
-        m.puts += w.puts;
-        m.errors += w.errors;
-        if m.first_error.is_none() {
-            m.first_error = w.first_error;
-        }
+        m.count(&w);
         m.samples.push(Sample {
             at_secs: now.duration_since(started).as_secs_f64(),
             rss_bytes: server.rss_bytes()?,
@@ -256,6 +261,8 @@ async fn measure(opts: &BenchOptions, target: Target, dir: &Path) -> Result<Soak
     for task in clients {
         let _ = task.await;
     }
+    // Puts in flight at the last sample finish after it: counted in the totals, in no sample.
+    m.count(&window.lock().unwrap_or_else(|e| e.into_inner()));
     m.secs = deadline.duration_since(started).as_secs_f64();
     info!(target = target.name(), puts = m.puts, errors = m.errors, peak_rss_mb = m.peak_rss_mb() as u64, "soaked");
     server.member.kill()?;
