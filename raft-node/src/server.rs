@@ -136,7 +136,8 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> anyhow::
         );
     }
     let (log_store, state_machine, store) =
-        storage::open_split(&log_dir, &member_dir.join("db")).context("opening storage")?;
+        storage::open_split_with(&log_dir, &member_dir.join("db"), config.clustering.experimental_values_apart)
+            .context("opening storage")?;
     // A compaction the last run left unfinished may already be resuming: the settings apply from its
     // next batch.
     store.read().compactor().configure(kv_api::compactor::CompactionConfig {

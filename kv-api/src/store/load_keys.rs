@@ -265,7 +265,7 @@ mod tests {
 
     #[test]
     fn a_saved_index_is_trusted_only_while_the_store_is_what_it_was_built_from() {
-        use super::super::saved_index::{decode, encode, store, Basis};
+        use super::super::saved_index::{decode, encode, store};
         let (backend, mut written) = history();
         written.save_index().expect("save");
         let bytes = saved_bytes(&backend).expect("saved");

@@ -5,9 +5,11 @@
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 
+use kv_api::Bucket;
 use tracing::warn;
 
 use crate::storage::scan::Forward;
+use crate::storage::value_log::{Chunks, Pointer, ValueLog, POINTER_MARK};
 
 /// The tree of the backend, in its database and, before the split, in the member's one database.
 pub(crate) const TREE: &str = "kv";
@@ -37,6 +39,13 @@ const COPY_BATCH_BYTES: usize = 256 << 10;
 /// during the compaction 26.8, 12.9, 20.7 ms against 8.5, 15.5, 8.4; the load's rate unchanged.
 const FLUSH_EVERY_MS: u64 = 100;
 
+/// With values apart, the key bucket's values of at least this many bytes go to the value log; smaller
+/// ones cost sled little more than their pointer would (200k values of 256 B: 3.7 s inline, 3.1 s apart
+/// in the experiment of [`crate::storage::value_log`]), and reading one back would cost a `pread`.
+const APART_FROM_BYTES: usize = 512;
+/// The directory of a generation's value log, inside the generation's own.
+const VALUES_DIR: &str = "values";
+
 /// One write to a tree: tagged keys, each with its new value or `None` for a removal, in order.
 pub(crate) type Ops = Vec<(Vec<u8>, Option<Vec<u8>>)>;
 
@@ -46,6 +55,10 @@ pub(crate) struct Generation {
     pub(crate) number: u64,
     pub(crate) db: sled::Db,
     pub(crate) tree: sled::Tree,
+    /// The value log, once values were ever kept apart in this generation (its pointers need it).
+    values: Option<ValueLog>,
+    /// Whether new large values of the key bucket go to the value log.
+    apart: bool,
     path: PathBuf,
     /// Set once a newer generation replaced it: its files go when the last user lets go of it (a scan
     /// that started before the switch reads on to its end).
@@ -53,7 +66,8 @@ pub(crate) struct Generation {
 }
 
 impl Generation {
-    pub(crate) fn open(dir: &Path, number: u64) -> Result<Self, sled::Error> {
+    /// Opens generation `number`; with `apart`, new large values of the key bucket go to its value log.
+    pub(crate) fn open(dir: &Path, number: u64, apart: bool) -> Result<Self, sled::Error> {
         let path = dir.join(number.to_string());
         let db = sled::Config::new()
             .path(&path)
@@ -61,13 +75,100 @@ impl Generation {
             .flush_every_ms(Some(FLUSH_EVERY_MS))
             .open()?;
         let tree = db.open_tree(TREE)?;
-        Ok(Self { number, db, tree, path, retired: AtomicBool::new(false) })
+        let values_dir = path.join(VALUES_DIR);
+        let values = if apart || values_dir.exists() { Some(ValueLog::open(&values_dir)?) } else { None };
+        Ok(Self { number, db, tree, values, apart, path, retired: AtomicBool::new(false) })
     }
 
     /// Opens generation `number` afresh, removing whatever an unfinished attempt left there.
-    pub(crate) fn create(dir: &Path, number: u64) -> Result<Self, sled::Error> {
+    pub(crate) fn create(dir: &Path, number: u64, apart: bool) -> Result<Self, sled::Error> {
         let _ = std::fs::remove_dir_all(dir.join(number.to_string()));
-        Self::open(dir, number)
+        Self::open(dir, number, apart)
+    }
+
+    /// What goes into the tree for `value` under the tagged `key`: a pointer to it once appended to the
+    /// value log (not written out yet), or the value itself.
+    fn stored(&self, key: &[u8], value: sled::IVec) -> Result<sled::IVec, sled::Error> {
+        match &self.values {
+            Some(values)
+                if self.apart && key.first() == Some(&Bucket::Key.tag()) && value.len() >= APART_FROM_BYTES =>
+            {
+                Ok(values.append(&value)?.encode().into())
+            }
+            _ => Ok(value),
+        }
+    }
+
+    /// The value `stored` stands for: itself, or the value its pointer names.
+    pub(crate) fn resolve(&self, stored: sled::IVec) -> Result<sled::IVec, sled::Error> {
+        if stored.first() != Some(&POINTER_MARK) {
+            return Ok(stored);
+        }
+        match (Pointer::decode(&stored), &self.values) {
+            (Some(pointer), Some(values)) => Ok(values.read(pointer)?.into()),
+            _ => Err(sled::Error::Unsupported(format!(
+                "{}: a stored value names the value log, which this generation lacks",
+                self.path.display()
+            ))),
+        }
+    }
+
+    /// Applies `ops` as one batch, their large values first made durable in the value log: sled may
+    /// persist the batch at any moment after, and its pointers must never name a value the disk lacks.
+    pub(crate) fn apply(&self, ops: &Ops) -> Result<(), sled::Error> {
+        let mut batch = sled::Batch::default();
+        let mut pointers = false;
+        // The pointers the removals drop, to count their records dead once the batch is in.
+        let mut removed = std::collections::HashMap::new();
+        for (key, value) in ops {
+            if value.is_none() && self.values.is_some() && key.first() == Some(&Bucket::Key.tag()) {
+                let old = self.tree.get(key)?;
+                removed.insert(key.as_slice(), old.as_deref().and_then(Pointer::decode));
+            }
+            match value {
+                Some(value) => {
+                    let stored = self.stored(key, value.as_slice().into())?;
+                    pointers |= stored.first() == Some(&POINTER_MARK);
+                    batch.insert(key.as_slice(), stored);
+                }
+                None => batch.remove(key.as_slice()),
+            }
+        }
+        if let (true, Some(values)) = (pointers, &self.values) {
+            values.sync()?;
+        }
+        self.tree.apply_batch(batch)?;
+        if let Some(values) = &self.values {
+            removed.into_values().flatten().for_each(|pointer| values.note_dead(pointer));
+        }
+        Ok(())
+    }
+
+    /// The value log's dead bytes and its size (zeros without one).
+    pub(crate) fn value_log_bytes(&self) -> (u64, u64) {
+        self.values.as_ref().map_or((0, 0), |values| (values.dead_bytes(), values.size_bytes()))
+    }
+
+    /// Whether a defragmentation would give back enough of the value log: at least `from_dead_bytes`
+    /// dead, and half of it.
+    pub(crate) fn wants_reclaim(&self, from_dead_bytes: u64) -> bool {
+        self.values.as_ref().is_some_and(|values| {
+            let dead = values.dead_bytes();
+            dead >= from_dead_bytes && dead.saturating_mul(2) >= values.size_bytes()
+        })
+    }
+
+    /// Makes everything written to this generation durable: the value log, then the tree.
+    pub(crate) fn sync(&self) -> Result<(), sled::Error> {
+        if let Some(values) = &self.values {
+            values.sync()?;
+        }
+        self.db.flush().map(|_| ())
+    }
+
+    /// The generation's bytes on disk: its database and its value log.
+    pub(crate) fn size_on_disk(&self) -> Result<u64, sled::Error> {
+        Ok(self.db.size_on_disk()? + self.values.as_ref().map_or(0, ValueLog::size_bytes))
     }
 
     pub(crate) fn retire(&self) {
@@ -87,21 +188,10 @@ impl Drop for Generation {
     }
 }
 
-/// A sled batch doing `ops` (cloned: the caller may keep them to replay elsewhere).
-pub(crate) fn batch_of(ops: &Ops) -> sled::Batch {
-    let mut batch = sled::Batch::default();
-    for (key, value) in ops {
-        match value {
-            Some(value) => batch.insert(key.as_slice(), value.as_slice()),
-            None => batch.remove(key.as_slice()),
-        }
-    }
-    batch
-}
-
-/// Applies writes recorded on another tree, in their order, in batches of bounded size (the new
-/// generation is not in use yet, so they need not be one); returns how many ops they held.
-pub(crate) fn replay(to: &sled::Tree, writes: Vec<Ops>) -> Result<usize, sled::Error> {
+/// Applies writes recorded on another generation, in their order, in batches of bounded size (the new
+/// generation is not in use yet, so they need not be one, nor durable before [`Generation::sync`]);
+/// returns how many ops they held.
+pub(crate) fn replay(to: &Generation, writes: Vec<Ops>) -> Result<usize, sled::Error> {
     let mut batches = Batches::new(to);
     for (key, value) in writes.into_iter().flatten() {
         batches.push(key, value)?;
@@ -109,21 +199,91 @@ pub(crate) fn replay(to: &sled::Tree, writes: Vec<Ops>) -> Result<usize, sled::E
     batches.finish()
 }
 
-/// Copies every entry of `from` into `to`. `from` may change meanwhile: the copy then holds each key
-/// as it was at some point of the copy, which replaying the writes made since the start fixes.
-pub(crate) fn copy(from: &sled::Tree, to: &sled::Tree) -> Result<(), sled::Error> {
+/// Copies every entry of `from` into `to`, each value as `resolve` gives it (a pointer of `from`'s value
+/// log followed). `from` may change meanwhile: the copy then holds each key as it was at some point of
+/// the copy, which replaying the writes made since the start fixes.
+pub(crate) fn copy(
+    from: &sled::Tree,
+    resolve: impl Fn(sled::IVec) -> Result<sled::IVec, sled::Error>,
+    to: &Generation,
+) -> Result<(), sled::Error> {
     let mut batches = Batches::new(to);
     for item in Forward::from(from, &[]) {
         let (key, value) = item?;
-        batches.push(key, Some(value))?;
+        batches.push(key, Some(resolve(value)?))?;
     }
     batches.finish().map(|_| ())
 }
 
-/// Writes to a tree in sled batches of at most [`COPY_BATCH`] entries and about [`COPY_BATCH_BYTES`],
-/// in order (a later op on a key overrides an earlier one).
+/// Copies every entry of `from` into `to`, as [`copy`] does, on two threads: one reads `from` and
+/// appends the values `to` keeps apart to its value log (a value `from` kept apart is copied as its
+/// record, read a large piece at a time, see [`Chunks`]), the other applies the batches of pointers
+/// and small values to `to`'s tree. With values apart sled's inserts are half of a copy, and the other
+/// half overlaps them.
+pub(crate) fn copy_generation(from: &Generation, to: &Generation) -> Result<(), sled::Error> {
+    let (batches, applied) = std::sync::mpsc::sync_channel::<Result<sled::Batch, sled::Error>>(4);
+    std::thread::scope(|scope| {
+        let reader = scope.spawn(move || {
+            let mut chunks = from.values.as_ref().map(Chunks::new);
+            let (mut batch, mut entries, mut bytes) = (sled::Batch::default(), 0, 0);
+            for item in Forward::from(&from.tree, &[]) {
+                let stored = item.and_then(|(key, stored)| {
+                    let value = match (Pointer::decode(&stored), chunks.as_mut(), &to.values) {
+                        (Some(pointer), Some(chunks), Some(values)) if to.apart => {
+                            let record = chunks.record(pointer)?;
+                            bytes += record.len();
+                            values.append_record(record)?.encode().into()
+                        }
+                        (Some(_), _, _) => to.stored(&key, from.resolve(stored)?)?,
+                        (None, _, _) => to.stored(&key, stored)?,
+                    };
+                    bytes += key.len() + value.len();
+                    Ok((key, value))
+                });
+                match stored {
+                    Ok((key, value)) => batch.insert(key, value),
+                    Err(err) => {
+                        let _ = batches.send(Err(err));
+                        return;
+                    }
+                }
+                entries += 1;
+                if entries == COPY_BATCH || bytes >= COPY_BATCH_BYTES {
+                    if batches.send(write_out(to).map(|()| std::mem::take(&mut batch))).is_err() {
+                        return;
+                    }
+                    (entries, bytes) = (0, 0);
+                }
+            }
+            if entries > 0 {
+                let _ = batches.send(write_out(to).map(|()| batch));
+            }
+        });
+        let mut outcome = Ok(());
+        for batch in applied.iter() {
+            let written = batch.and_then(|batch| to.tree.apply_batch(batch));
+            if let Err(err) = written {
+                outcome = Err(err);
+                break;
+            }
+        }
+        // Dropping the receiver stops a reader still going after an error.
+        drop(applied);
+        reader.join().expect("the copy's reader does not panic");
+        outcome
+    })
+}
+
+/// Writes out what `to`'s value log buffered, before a batch naming it is applied.
+fn write_out(to: &Generation) -> Result<(), sled::Error> {
+    to.values.as_ref().map_or(Ok(()), |values| values.write_out().map_err(sled::Error::from))
+}
+
+/// Writes to a generation in sled batches of at most [`COPY_BATCH`] entries and about
+/// [`COPY_BATCH_BYTES`], in order (a later op on a key overrides an earlier one); large values go to its
+/// value log, written out (not synced) before each batch.
 pub(crate) struct Batches<'a> {
-    to: &'a sled::Tree,
+    to: &'a Generation,
     batch: sled::Batch,
     entries: usize,
     bytes: usize,
@@ -131,7 +291,7 @@ pub(crate) struct Batches<'a> {
 }
 
 impl<'a> Batches<'a> {
-    pub(crate) fn new(to: &'a sled::Tree) -> Self {
+    pub(crate) fn new(to: &'a Generation) -> Self {
         Self { to, batch: sled::Batch::default(), entries: 0, bytes: 0, total: 0 }
     }
 
@@ -146,7 +306,8 @@ impl<'a> Batches<'a> {
             Some(value) => {
                 let value = value.into();
                 self.bytes += value.len();
-                self.batch.insert(key, value);
+                let stored = self.to.stored(&key, value)?;
+                self.batch.insert(key, stored);
             }
             None => self.batch.remove(key),
         }
@@ -159,7 +320,8 @@ impl<'a> Batches<'a> {
 
     fn write(&mut self) -> Result<(), sled::Error> {
         if self.entries > 0 {
-            self.to.apply_batch(std::mem::take(&mut self.batch))?;
+            write_out(self.to)?;
+            self.to.tree.apply_batch(std::mem::take(&mut self.batch))?;
             self.total += self.entries;
             (self.entries, self.bytes) = (0, 0);
         }
@@ -223,44 +385,99 @@ mod tests {
         items.iter().map(|(k, v)| (k.as_bytes().to_vec(), v.map(|v| v.as_bytes().to_vec()))).collect()
     }
 
-    #[test]
-    fn a_copy_plus_the_replayed_writes_equals_the_source() {
-        let dir = tempfile::tempdir().expect("tempdir");
-        let (from, to) =
-            (Generation::open(dir.path(), 0).expect("open"), Generation::open(dir.path(), 1).expect("open"));
-        from.tree.apply_batch(batch_of(&ops(&[("a", Some("1")), ("b", Some("1"))]))).expect("write");
-        copy(&from.tree, &to.tree).expect("copy");
-        // Writes made after the copy began, in order: the later ones win.
-        let writes = vec![ops(&[("a", Some("2")), ("c", Some("1"))]), ops(&[("b", None), ("a", Some("3"))])];
-        for w in &writes {
-            from.tree.apply_batch(batch_of(w)).expect("write");
-        }
-        assert_eq!(replay(&to.tree, writes).expect("replay"), 4);
-        let all = |t: &sled::Tree| t.iter().map(|i| i.expect("item")).collect::<Vec<_>>();
-        assert_eq!(all(&to.tree), all(&from.tree));
-        assert_eq!(replay(&to.tree, Vec::new()).expect("replay"), 0);
+    /// Every entry of a generation, its values resolved.
+    fn all(generation: &Generation) -> Vec<(sled::IVec, sled::IVec)> {
+        let entries = generation.tree.iter().map(|i| i.expect("item"));
+        entries.map(|(k, v)| (k, generation.resolve(v).expect("resolve"))).collect()
     }
 
     #[test]
-    fn a_copy_of_many_batches_equals_the_source() {
+    fn a_copy_plus_the_replayed_writes_equals_the_source() {
         let dir = tempfile::tempdir().expect("tempdir");
-        let (from, to) =
-            (Generation::open(dir.path(), 0).expect("open"), Generation::open(dir.path(), 1).expect("open"));
-        // Many batches, cut by count (small values) and by size (values of 3 KB every tenth key).
-        let writes: Ops = (0..5_000u32)
-            .map(|i| (format!("k{i:05}").into_bytes(), Some(vec![b'v'; if i % 10 == 0 { 3_000 } else { 20 }])))
-            .collect();
-        replay(&from.tree, vec![writes]).expect("write");
-        copy(&from.tree, &to.tree).expect("copy");
-        let all = |t: &sled::Tree| t.iter().map(|i| i.expect("item")).collect::<Vec<_>>();
-        assert_eq!(all(&to.tree).len(), 5_000);
-        assert_eq!(all(&to.tree), all(&from.tree));
+        let (from, to) = (
+            Generation::open(dir.path(), 0, false).expect("open"),
+            Generation::open(dir.path(), 1, false).expect("open"),
+        );
+        from.apply(&ops(&[("a", Some("1")), ("b", Some("1"))])).expect("write");
+        copy(&from.tree, Ok, &to).expect("copy");
+        // Writes made after the copy began, in order: the later ones win.
+        let writes = vec![ops(&[("a", Some("2")), ("c", Some("1"))]), ops(&[("b", None), ("a", Some("3"))])];
+        for w in &writes {
+            from.apply(w).expect("write");
+        }
+        assert_eq!(replay(&to, writes).expect("replay"), 4);
+        assert_eq!(all(&to), all(&from));
+        assert_eq!(replay(&to, Vec::new()).expect("replay"), 0);
+    }
+
+    #[test]
+    fn a_copy_of_many_batches_equals_the_source_with_values_inline_or_apart() {
+        // Inline to inline, inline to apart, apart to apart, apart to inline.
+        for (from_apart, to_apart) in [(false, false), (false, true), (true, true), (true, false)] {
+            let dir = tempfile::tempdir().expect("tempdir");
+            let from = Generation::open(dir.path(), 0, from_apart).expect("open");
+            let to = Generation::open(dir.path(), 1, to_apart).expect("open");
+            // Many batches, cut by count (small values) and by size (values of 3 KB every tenth key);
+            // in the key bucket (tag `k`) and in another (`m`), whose values always stay inline.
+            let writes: Ops = (0..5_000u32)
+                .map(|i| {
+                    let tag = if i % 7 == 0 { 'm' } else { 'k' };
+                    (format!("{tag}{i:05}").into_bytes(), Some(vec![b'v'; if i % 10 == 0 { 3_000 } else { 20 }]))
+                })
+                .collect();
+            replay(&from, vec![writes]).expect("write");
+            copy_generation(&from, &to).expect("copy");
+            to.sync().expect("sync");
+            assert_eq!(all(&to).len(), 5_000);
+            assert_eq!(all(&to), all(&from), "from apart {from_apart}, to apart {to_apart}");
+            let pointers = |g: &Generation| {
+                g.tree.iter().filter(|i| i.as_ref().expect("item").1.first() == Some(&POINTER_MARK)).count()
+            };
+            // Every tenth value is large, minus those of the `m` bucket (every seventh key).
+            let large_in_key_bucket = (0..5_000u32).filter(|i| i % 10 == 0 && i % 7 != 0).count();
+            assert_eq!(pointers(&to), if to_apart { large_in_key_bucket } else { 0 });
+            assert_eq!(pointers(&from), if from_apart { large_in_key_bucket } else { 0 });
+        }
+    }
+
+    #[test]
+    fn values_kept_apart_are_read_back_after_a_reopen_without_the_option() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let big = |i: u8| vec![i; 4_000];
+        {
+            let generation = Generation::open(dir.path(), 0, true).expect("open");
+            let writes: Vec<Ops> = (0..3u8).map(|i| vec![(vec![b'k', i], Some(big(i)))]).collect();
+            for w in &writes {
+                generation.apply(w).expect("write");
+            }
+            generation.apply(&vec![(vec![b'k', 1], None)]).expect("remove");
+            assert!(generation.size_on_disk().expect("size") >= 3 * 4_000, "the value log counts");
+        }
+        // Reopened with values inline: the pointers already there still resolve; new values stay inline.
+        let generation = reopen(dir.path(), 0);
+        assert_eq!(
+            all(&generation),
+            vec![(vec![b'k', 0].into(), big(0).into()), (vec![b'k', 2].into(), big(2).into())]
+        );
+        generation.apply(&vec![(vec![b'k', 3], Some(big(3)))]).expect("write");
+        assert_eq!(generation.tree.get([b'k', 3]).expect("get"), Some(big(3).into()));
+    }
+
+    /// Opens a generation dropped a moment ago (sled's flusher may still hold its lock).
+    fn reopen(dir: &Path, number: u64) -> Generation {
+        for _ in 0..500 {
+            if let Ok(generation) = Generation::open(dir, number, false) {
+                return generation;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(20));
+        }
+        panic!("generation {number} stays locked");
     }
 
     #[test]
     fn writes_replayed_over_many_batches_keep_their_order() {
         let dir = tempfile::tempdir().expect("tempdir");
-        let to = Generation::open(dir.path(), 0).expect("open");
+        let to = Generation::open(dir.path(), 0, false).expect("open");
         // Many batches' worth of ops, cut by count (small values first) and by size (large values
         // last): each key is written, removed and written again far apart, across batch boundaries.
         let mut writes = Vec::new();
@@ -276,7 +493,7 @@ mod tests {
             writes.push((0..3000).map(op).collect::<Ops>());
         }
         writes.push(ops(&[("k00000", None)]));
-        assert_eq!(replay(&to.tree, writes).expect("replay"), 9001);
+        assert_eq!(replay(&to, writes).expect("replay"), 9001);
         assert_eq!(to.tree.len(), 2999);
         assert_eq!(to.tree.get("k00000").expect("read"), None, "the last op wins");
         let last = to.tree.get("k00002").expect("read").expect("written again after its removal");
@@ -286,8 +503,8 @@ mod tests {
     #[test]
     fn a_retired_generation_takes_its_files_along() {
         let dir = tempfile::tempdir().expect("tempdir");
-        let kept = Generation::open(dir.path(), 0).expect("open");
-        let retired = Generation::open(dir.path(), 1).expect("open");
+        let kept = Generation::open(dir.path(), 0, false).expect("open");
+        let retired = Generation::open(dir.path(), 1, true).expect("open");
         retired.retire();
         drop(retired);
         drop(kept);

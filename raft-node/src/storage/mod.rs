@@ -8,6 +8,8 @@
 //!   its own so that it can be defragmented (rebuilt into a fresh database) while the log keeps going.
 //! - [`generation`]: the store database's generations, `CURRENT`, and copying a tree into the next one.
 //! - [`scan`]: reading a tree in key order without sled's iterators (which keep what they read).
+//! - [`value_log`]: the store's large values in segment files beside its tree
+//!   (`--experimental-values-apart`).
 //! - [`wal`]: the Raft log's entries in segment files, appended and synced by the appending task.
 //! - [`log_pieces`]: the Raft log as earlier builds kept it in sled, read once to move it into [`wal`].
 //! - [`log_store`]: [`LogStore`], the Raft log ([`wal`]), vote, committed and purged ids (`raft_state`).
@@ -59,6 +61,7 @@ pub mod sled_backend;
 pub mod snapshot;
 pub mod snapshot_file;
 pub mod state_machine;
+pub(crate) mod value_log;
 pub(crate) mod wal;
 
 #[cfg(test)]
@@ -85,10 +88,26 @@ pub fn open(dir: &Path) -> Result<(LogStore, StateMachine, SharedStore), Storage
 /// [`open`] with the log's database at `log_dir` (`--wal-dir`, on a disk of its own) and the MVCC store's
 /// beside `dir`.
 pub fn open_split(log_dir: &Path, dir: &Path) -> Result<(LogStore, StateMachine, SharedStore), StorageError> {
+    open_split_with(log_dir, dir, false)
+}
+
+/// [`open_split`]; with `values_apart`, the store keeps its large values in a value log
+/// (`--experimental-values-apart`, see [`value_log`]).
+pub fn open_split_with(
+    log_dir: &Path,
+    dir: &Path,
+    values_apart: bool,
+) -> Result<(LogStore, StateMachine, SharedStore), StorageError> {
     let db = open_db(log_dir).map_err(|e| StorageIOError::read(&e))?;
-    let backend =
-        SledBackend::open(&dir.with_extension("kv"), &db).map_err(|e| StorageIOError::read_state_machine(&e))?;
-    let store = MvccStore::open(Arc::new(backend)).map_err(|e| StorageIOError::read_state_machine(&e))?;
+    let backend = SledBackend::open_with(&dir.with_extension("kv"), &db, values_apart)
+        .map_err(|e| StorageIOError::read_state_machine(&e))?;
+    let backend = Arc::new(backend);
+    if values_apart {
+        backend
+            .start_reclaimer(sled_backend::RECLAIM_FROM_DEAD_BYTES)
+            .map_err(|e| StorageIOError::read_state_machine(&e))?;
+    }
+    let store = MvccStore::open(backend).map_err(|e| StorageIOError::read_state_machine(&e))?;
     let store: SharedStore = Arc::new(RwLock::new(store));
     let log_store = LogStore::open(&db, log_dir)?;
     let state_machine = StateMachine::open(&db, store.clone(), &dir.with_extension("snap"))?;

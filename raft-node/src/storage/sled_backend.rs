@@ -27,11 +27,22 @@
 //! short flush, `CURRENT` and the switch. A scan still running on the old generation keeps it (an
 //! `Arc`): its files go when the last one lets go.
 //!
+//! # Values apart
+//!
+//! With `--experimental-values-apart` the key bucket's large values live in a value log of the
+//! generation ([`crate::storage::value_log`]) and the tree holds pointers to them: sled rewrites whole
+//! leaves as they split, so a copy of large values wrote several times their size. Reads follow the
+//! pointers; a defragmentation copies live records into the next generation's value log, and the
+//! reclaimer ([`SledBackend::start_reclaimer`]) runs one on its own once half of the value log is dead.
+//! A generation that has a value log keeps reading it whatever the flag says.
+//!
 //! # Durability
 //!
 //! Writes are sled batches, atomic across a crash; data and the applied log id go in the same batch
 //! (the compactor's deletions of dead revisions alone go a few at a time, see
 //! [`Backend::write_in_pieces`]).
+//! A batch holding pointers is applied only once the values they name are synced, so the tree on disk
+//! never names a value the disk lacks.
 //! sled's flusher makes them durable within a tenth of a second, [`Backend::sync`] at once: the state
 //! machine syncs before a snapshot lets openraft purge the log, and [`Backend::replace_all`] (snapshot
 //! install, into a new generation) flushes before it switches. A crash loses at most the writes since the last flush, which a
@@ -46,7 +57,7 @@ use std::time::{Duration, Instant};
 
 use kv_api::{Backend, BackendError, Bucket, Record, WriteBatch};
 use parking_lot::{Mutex, RwLock};
-use tracing::{debug, info};
+use tracing::{debug, info, warn};
 
 use crate::storage::generation::{self, Generation, Ops, TREE};
 use crate::storage::scan::Forward;
@@ -71,26 +82,41 @@ pub struct SledBackend {
     /// The last measured size, and when it was measured.
     size: AtomicU64,
     measured_at: Mutex<Option<Instant>>,
+    /// Large values of the key bucket go to a value log beside the tree (see
+    /// [`crate::storage::value_log`]); generations made from now on keep them so too.
+    apart: bool,
+    /// Wakes the reclaimer ([`SledBackend::start_reclaimer`]), and the dead bytes it waits for.
+    reclaim: Mutex<Option<(std::sync::mpsc::SyncSender<()>, u64)>>,
 }
+
+/// The reclaimer defragments once the value log has this many dead bytes (and they are half of it).
+pub const RECLAIM_FROM_DEAD_BYTES: u64 = 64 << 20;
 
 impl SledBackend {
     /// Opens the store's database under `dir`. A member created before the split kept the tree in its
     /// one database, `legacy`: it moves here first (copied, made durable, then dropped there).
     pub fn open(dir: &Path, legacy: &sled::Db) -> Result<Self, sled::Error> {
+        Self::open_with(dir, legacy, false)
+    }
+
+    /// [`SledBackend::open`]; with `apart`, large values of the key bucket are written to a value log
+    /// beside the tree from now on (`--experimental-values-apart`). Either way, values a generation
+    /// keeps apart are read back from its value log.
+    pub fn open_with(dir: &Path, legacy: &sled::Db, apart: bool) -> Result<Self, sled::Error> {
         std::fs::create_dir_all(dir)?;
         let current = match generation::read_current(dir)? {
-            Some(number) => Generation::open(dir, number)?,
+            Some(number) => Generation::open(dir, number, apart)?,
             None => {
                 // No generation yet: start one with whatever the member's database holds. It stays open:
                 // sled releases a database's file lock only once its background flusher lets go of a
                 // dropped handle, so opening it again at once can fail ("could not acquire lock").
-                let first = Generation::create(dir, 0)?;
+                let first = Generation::create(dir, 0, apart)?;
                 let old = legacy.open_tree(TREE)?;
                 if !old.is_empty() {
                     info!(entries = old.len(), "moving the store out of the Raft log's database");
                 }
-                generation::copy(&old, &first.tree)?;
-                first.db.flush()?;
+                generation::copy(&old, Ok, &first)?;
+                first.sync()?;
                 generation::write_current(dir, 0)?;
                 first
             }
@@ -98,17 +124,17 @@ impl SledBackend {
         if legacy.tree_names().iter().any(|name| name == TREE.as_bytes()) {
             legacy.drop_tree(TREE)?;
         }
-        Ok(Self::with(dir, current))
+        Ok(Self::with(dir, current, apart))
     }
 
     /// Opens the store a member left at `dir`, without the member's Raft log (the offline tools); fails
     /// when there is none.
     pub fn open_existing(dir: &Path) -> Result<Self, sled::Error> {
         let number = generation::read_current(dir)?.ok_or_else(|| generation::no_current(dir))?;
-        Ok(Self::with(dir, Generation::open(dir, number)?))
+        Ok(Self::with(dir, Generation::open(dir, number, false)?, false))
     }
 
-    fn with(dir: &Path, current: Generation) -> Self {
+    fn with(dir: &Path, current: Generation, apart: bool) -> Self {
         generation::remove_other_generations(dir, current.number);
         Self {
             dir: dir.to_path_buf(),
@@ -117,6 +143,44 @@ impl SledBackend {
             defragmenting: Mutex::new(()),
             size: AtomicU64::new(0),
             measured_at: Mutex::new(None),
+            apart,
+            reclaim: Mutex::new(None),
+        }
+    }
+
+    /// Starts the thread that gives back the value log's dead space on its own: once compactions left
+    /// `from_dead_bytes` of it dead, and half of it, it defragments (the copy takes only live values,
+    /// while reads and writes go on). etcd gives space back only when asked (`etcdctl defrag`); bbolt
+    /// reuses its free pages meanwhile, which an append-only value log cannot. The thread ends with the
+    /// backend.
+    pub fn start_reclaimer(self: &Arc<Self>, from_dead_bytes: u64) -> std::io::Result<()> {
+        let (wake, woken) = std::sync::mpsc::sync_channel::<()>(1);
+        let backend = Arc::downgrade(self);
+        std::thread::Builder::new().name("store-reclaim".into()).spawn(move || {
+            while woken.recv().is_ok() {
+                let Some(backend) = backend.upgrade() else { return };
+                let generation = backend.generation();
+                if !generation.wants_reclaim(from_dead_bytes) {
+                    continue;
+                }
+                let (dead, size) = generation.value_log_bytes();
+                drop(generation);
+                info!(dead_bytes = dead, value_log_bytes = size, "giving back the value log's dead space");
+                if let Err(err) = backend.defragment() {
+                    warn!(%err, "could not give back the value log's dead space");
+                }
+            }
+        })?;
+        *self.reclaim.lock() = Some((wake, from_dead_bytes));
+        Ok(())
+    }
+
+    /// Wakes the reclaimer if the current generation's value log is worth a defragmentation.
+    fn maybe_reclaim(&self, generation: &Generation) {
+        if let Some((wake, from)) = &*self.reclaim.lock() {
+            if generation.wants_reclaim(*from) {
+                let _ = wake.try_send(());
+            }
         }
     }
 
@@ -128,12 +192,17 @@ impl SledBackend {
     /// defragmentation copies the tree.
     fn apply(&self, ops: Ops) -> Result<(), BackendError> {
         let mut recording = self.writes.lock();
-        Self::apply_in_order(&mut recording, &self.generation(), ops)
+        // Taken under the write mutex: a defragmentation switches generations holding it.
+        let generation = self.generation();
+        Self::apply_in_order(&mut recording, &generation, ops)?;
+        drop(recording);
+        self.maybe_reclaim(&generation);
+        Ok(())
     }
 
     /// Applies `ops` to `generation`'s tree; `recording` is the write mutex, held.
     fn apply_in_order(recording: &mut Option<Vec<Ops>>, generation: &Generation, ops: Ops) -> Result<(), BackendError> {
-        generation.tree.apply_batch(generation::batch_of(&ops)).map_err(backend_error)?;
+        generation.apply(&ops).map_err(backend_error)?;
         if let Some(recorded) = recording.as_mut() {
             recorded.push(ops);
         }
@@ -148,11 +217,11 @@ impl SledBackend {
     /// took.
     fn copy_and_switch(&self, old: &Generation, next: Generation) -> Result<Phases, sled::Error> {
         let started = Instant::now();
-        generation::copy(&old.tree, &next.tree)?;
+        generation::copy_generation(old, &next)?;
         let copied = started.elapsed();
         for round in 1..=MAX_REPLAY_ROUNDS {
             let recorded = self.writes.lock().as_mut().map(std::mem::take).unwrap_or_default();
-            let ops = generation::replay(&next.tree, recorded)?;
+            let ops = generation::replay(&next, recorded)?;
             debug!(round, ops, "defragmentation caught up with writes");
             if ops <= SMALL_REPLAY_OPS {
                 break;
@@ -160,12 +229,12 @@ impl SledBackend {
         }
         // Most of the copy reaches the disk now, so that the flush while writes wait is short.
         let flushing = Instant::now();
-        next.db.flush()?;
+        next.sync()?;
         let flushed = flushing.elapsed();
         let mut recording = self.writes.lock();
         let held = Instant::now();
-        generation::replay(&next.tree, recording.take().unwrap_or_default())?;
-        next.db.flush()?;
+        generation::replay(&next, recording.take().unwrap_or_default())?;
+        next.sync()?;
         generation::write_current(&self.dir, next.number)?;
         let old = std::mem::replace(&mut *self.current.write(), Arc::new(next));
         old.retire();
@@ -199,16 +268,19 @@ fn backend_error(err: impl std::fmt::Display) -> BackendError {
 
 impl Backend for SledBackend {
     fn get(&self, bucket: Bucket, key: &[u8]) -> Result<Option<Vec<u8>>, BackendError> {
-        let value = self.current.read().tree.get(tagged(bucket, key)).map_err(backend_error)?;
-        Ok(value.map(|v| v.to_vec()))
+        let generation = self.generation();
+        let value = generation.tree.get(tagged(bucket, key)).map_err(backend_error)?;
+        value.map(|v| generation.resolve(v).map(|v| v.to_vec())).transpose().map_err(backend_error)
     }
 
     fn read(&self, bucket: Bucket, key: &[u8], read: &mut dyn FnMut(&[u8])) -> Result<bool, BackendError> {
-        let value = self.current.read().tree.get(tagged(bucket, key)).map_err(backend_error)?;
-        if let Some(value) = &value {
-            read(value);
+        let generation = self.generation();
+        let value = generation.tree.get(tagged(bucket, key)).map_err(backend_error)?;
+        if let Some(value) = value {
+            read(&generation.resolve(value).map_err(backend_error)?);
+            return Ok(true);
         }
-        Ok(value.is_some())
+        Ok(false)
     }
 
     /// Scans the generation current when it starts, to the end even if a defragmentation switches
@@ -226,7 +298,11 @@ impl Backend for SledBackend {
         let generation = self.generation();
         for item in Forward::from(&generation.tree, &tagged(bucket, start)) {
             let (key, value) = item.map_err(backend_error)?;
-            if key.first() != Some(&bucket.tag()) || !visit(&key[1..], &value) {
+            if key.first() != Some(&bucket.tag()) {
+                break;
+            }
+            let value = generation.resolve(value).map_err(backend_error)?;
+            if !visit(&key[1..], &value) {
                 break;
             }
         }
@@ -263,15 +339,15 @@ impl Backend for SledBackend {
     fn replace_all(&self, content: &mut dyn Iterator<Item = Result<Record, BackendError>>) -> Result<(), BackendError> {
         let _one = self.defragmenting.lock();
         let number = self.generation().number + 1;
-        let next = Generation::create(&self.dir, number).map_err(backend_error)?;
+        let next = Generation::create(&self.dir, number, self.apart).map_err(backend_error)?;
         let fill = || -> Result<(), BackendError> {
-            let mut batches = generation::Batches::new(&next.tree);
+            let mut batches = generation::Batches::new(&next);
             for item in content {
                 let (bucket, key, value) = item?;
                 batches.push(tagged(bucket, &key), Some(value)).map_err(backend_error)?;
             }
             batches.finish().map_err(backend_error)?;
-            next.db.flush().map_err(backend_error)?;
+            next.sync().map_err(backend_error)?;
             Ok(())
         };
         if let Err(err) = fill() {
@@ -289,7 +365,7 @@ impl Backend for SledBackend {
     }
 
     fn sync(&self) -> Result<(), BackendError> {
-        self.generation().db.flush().map(|_| ()).map_err(backend_error)
+        self.generation().sync().map_err(backend_error)
     }
 
     fn size_bytes(&self) -> u64 {
@@ -297,11 +373,16 @@ impl Backend for SledBackend {
         if measured_at.is_none_or(|at| at.elapsed() >= SIZE_TTL) {
             // sled may report 0 before its first flush; never report an empty database (etcdctl divides by
             // the size).
-            let size = self.generation().db.size_on_disk().unwrap_or(0).max(1);
+            let size = self.generation().size_on_disk().unwrap_or(0).max(1);
             self.size.store(size, Ordering::Relaxed);
             *measured_at = Some(Instant::now());
         }
         self.size.load(Ordering::Relaxed)
+    }
+
+    /// The size less what the value log holds dead (sled's own free space is not known).
+    fn size_in_use_bytes(&self) -> u64 {
+        self.size_bytes().saturating_sub(self.generation().value_log_bytes().0)
     }
 
     /// Copies the tree into a fresh database (the next generation) while reads and writes go on, and
@@ -311,7 +392,7 @@ impl Backend for SledBackend {
         let started = Instant::now();
         let old = self.generation();
         let number = old.number + 1;
-        let next = Generation::create(&self.dir, number).map_err(backend_error)?;
+        let next = Generation::create(&self.dir, number, self.apart).map_err(backend_error)?;
         *self.writes.lock() = Some(Vec::new());
         let outcome = self.copy_and_switch(&old, next);
         // Recording stops whatever happened (the switch already took it on success).

@@ -3,9 +3,14 @@
 use super::*;
 
 fn backend() -> (tempfile::TempDir, SledBackend) {
+    backend_with(false)
+}
+
+/// A backend whose large key-bucket values go to a value log with `apart`.
+fn backend_with(apart: bool) -> (tempfile::TempDir, SledBackend) {
     let dir = tempfile::tempdir().expect("tempdir");
     let db = sled::Config::new().path(dir.path().join("db")).open().expect("open sled");
-    let backend = SledBackend::open(&dir.path().join("kv"), &db).expect("open tree");
+    let backend = SledBackend::open_with(&dir.path().join("kv"), &db, apart).expect("open tree");
     (dir, backend)
 }
 
@@ -99,17 +104,26 @@ fn scan_stops_when_asked() {
 
 #[test]
 fn replace_all_keeps_only_the_new_content() {
+    replace_all_keeps_only_the_new_content_with(false);
+}
+
+#[test]
+fn replace_all_keeps_only_the_new_content_with_values_apart() {
+    replace_all_keeps_only_the_new_content_with(true);
+}
+
+fn replace_all_keeps_only_the_new_content_with(apart: bool) {
     let dir = tempfile::tempdir().expect("tempdir");
     let db = sled::Config::new().path(dir.path().join("db")).open().expect("open sled");
-    let backend = SledBackend::open(&dir.path().join("kv"), &db).expect("open tree");
+    let backend = SledBackend::open_with(&dir.path().join("kv"), &db, apart).expect("open tree");
     let mut batch = WriteBatch::default();
     batch.put(Bucket::Key, b"old".to_vec(), b"1".to_vec());
     batch.put(Bucket::Key, b"both".to_vec(), b"old".to_vec());
     batch.put(Bucket::Meta, b"m".to_vec(), b"old".to_vec());
     backend.write(batch).expect("write");
 
-    // More entries than one sled batch takes, so the install spans several.
-    let value = vec![b'v'; 300];
+    // More entries than one sled batch takes, so the install spans several (apart: in the value log).
+    let value = vec![b'v'; 600];
     let mut content: Vec<Record> =
         (0..10_000u32).map(|i| (Bucket::Key, i.to_be_bytes().to_vec(), value.clone())).collect();
     content.push((Bucket::Meta, b"m".to_vec(), b"new".to_vec()));
@@ -143,7 +157,16 @@ fn a_replacement_that_fails_midway_keeps_the_old_content() {
 
 #[test]
 fn defragment_gives_back_what_deletes_freed_and_keeps_the_content() {
-    let (dir, backend) = backend();
+    defragment_gives_back_what_deletes_freed_and_keeps_the_content_with(false);
+}
+
+#[test]
+fn defragment_gives_back_what_deletes_freed_and_keeps_the_content_with_values_apart() {
+    defragment_gives_back_what_deletes_freed_and_keeps_the_content_with(true);
+}
+
+fn defragment_gives_back_what_deletes_freed_and_keeps_the_content_with(apart: bool) {
+    let (dir, backend) = backend_with(apart);
     let value = vec![7u8; 10_000];
     let mut batch = WriteBatch::default();
     for i in 0..1000u32 {
@@ -190,10 +213,19 @@ fn defragment_gives_back_what_deletes_freed_and_keeps_the_content() {
 /// for the copy, and the space the deletes freed comes back.
 #[test]
 fn defragment_lets_writers_go_on_and_loses_nothing() {
+    defragment_lets_writers_go_on_and_loses_nothing_with(false);
+}
+
+#[test]
+fn defragment_lets_writers_go_on_and_loses_nothing_with_values_apart() {
+    defragment_lets_writers_go_on_and_loses_nothing_with(true);
+}
+
+fn defragment_lets_writers_go_on_and_loses_nothing_with(apart: bool) {
     use std::collections::BTreeMap;
     use std::sync::atomic::AtomicBool;
 
-    let (_dir, backend) = backend();
+    let (_dir, backend) = backend_with(apart);
     let value = vec![7u8; 1000];
     for chunk in (0..20_000u32).collect::<Vec<_>>().chunks(1000) {
         let mut batch = WriteBatch::default();
@@ -365,4 +397,44 @@ fn reopen(dir: &Path, legacy: &sled::Db) -> SledBackend {
             Err(err) => panic!("reopening {}: {err}", dir.display()),
         }
     }
+}
+
+/// With values apart, the reclaimer defragments on its own once compactions left half of the value log
+/// dead (and the floor given), and not before.
+#[test]
+fn the_reclaimer_gives_back_a_value_log_half_dead() {
+    let (dir, backend) = backend_with(true);
+    let backend = Arc::new(backend);
+    backend.start_reclaimer(100_000).expect("reclaimer");
+    let value = |i: u32| vec![(i % 200) as u8; 2_000];
+    let mut batch = WriteBatch::default();
+    for i in 0..200u32 {
+        batch.put(Bucket::Key, i.to_be_bytes().to_vec(), value(i));
+    }
+    backend.write(batch).expect("write");
+    let size_of_values = |backend: &SledBackend| backend.generation().value_log_bytes().1;
+    let before = size_of_values(&backend);
+    assert!(before >= 200 * 2_000, "the values are apart: {before} bytes");
+    // 60 of 200 dead: over the floor, not half: nothing happens.
+    let mut batch = WriteBatch::default();
+    (0..60u32).for_each(|i| batch.delete(Bucket::Key, i.to_be_bytes().to_vec()));
+    backend.write_in_pieces(batch).expect("delete");
+    std::thread::sleep(Duration::from_millis(300));
+    assert_eq!(generation::read_current(&dir.path().join("kv")).expect("read"), Some(0));
+    backend.forget_size();
+    let (size, in_use) = (backend.size_bytes(), backend.size_in_use_bytes());
+    assert_eq!(size - in_use, 60 * 2_008, "dbSizeInUse leaves out the dead records");
+    // 110 of 200: the reclaimer copies the 90 live ones into generation 1.
+    let mut batch = WriteBatch::default();
+    (60..110u32).for_each(|i| batch.delete(Bucket::Key, i.to_be_bytes().to_vec()));
+    backend.write_in_pieces(batch).expect("delete");
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while generation::read_current(&dir.path().join("kv")).expect("read") != Some(1) {
+        assert!(Instant::now() < deadline, "the reclaimer did not defragment");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    let after = size_of_values(&backend);
+    assert!(after < before / 2, "the value log went from {before} to {after} bytes only");
+    let want: Vec<_> = (110..200u32).map(|i| (i.to_be_bytes().to_vec(), value(i))).collect();
+    assert_eq!(all(&backend, Bucket::Key), want);
 }

@@ -36,6 +36,7 @@ mod membership_rules;
 mod memory_gauges;
 mod snapshot;
 mod snapshot_etcd;
+mod store_values_apart;
 mod tls;
 mod tls_policy;
 mod util;
