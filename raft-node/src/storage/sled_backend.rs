@@ -388,9 +388,16 @@ impl Backend for SledBackend {
     /// Copies the tree into a fresh database (the next generation) while reads and writes go on, and
     /// switches to it (see the module doc); the old generation is removed once unused.
     fn defragment(&self) -> Result<(), BackendError> {
+        let asked_of = self.generation().number;
         let _one = self.defragmenting.lock();
         let started = Instant::now();
         let old = self.generation();
+        if old.number != asked_of {
+            // Another one (the reclaimer's, a client's, or a snapshot install) made a fresh generation
+            // while this one waited for it: copying again now would give back next to nothing.
+            info!(generation = old.number, "the store was defragmented while this defragmentation waited");
+            return Ok(());
+        }
         let number = old.number + 1;
         let next = Generation::create(&self.dir, number, self.apart).map_err(backend_error)?;
         *self.writes.lock() = Some(Vec::new());

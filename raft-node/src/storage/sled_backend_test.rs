@@ -438,3 +438,27 @@ fn the_reclaimer_gives_back_a_value_log_half_dead() {
     let want: Vec<_> = (110..200u32).map(|i| (i.to_be_bytes().to_vec(), value(i))).collect();
     assert_eq!(all(&backend, Bucket::Key), want);
 }
+
+/// A defragmentation asked for while another runs waits for it and then copies nothing again.
+#[test]
+fn a_defragmentation_that_waited_for_another_does_not_copy_again() {
+    let (dir, backend) = backend();
+    let mut batch = WriteBatch::default();
+    for i in 0..20_000u32 {
+        batch.put(Bucket::Key, i.to_be_bytes().to_vec(), vec![1u8; 1_000]);
+    }
+    backend.write(batch).expect("write");
+    let content = all(&backend, Bucket::Key);
+    std::thread::scope(|scope| {
+        let first = scope.spawn(|| backend.defragment());
+        // Well inside the first one's copy of 20 MB.
+        std::thread::sleep(Duration::from_millis(10));
+        let second = scope.spawn(|| backend.defragment());
+        first.join().expect("first").expect("defragment");
+        second.join().expect("second").expect("defragment");
+    });
+    assert_eq!(generation::read_current(&dir.path().join("kv")).expect("read"), Some(1), "one copy, not two");
+    assert_eq!(all(&backend, Bucket::Key), content);
+    backend.defragment().expect("asked for afterwards, it copies");
+    assert_eq!(generation::read_current(&dir.path().join("kv")).expect("read"), Some(2));
+}
