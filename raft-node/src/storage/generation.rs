@@ -219,8 +219,13 @@ pub(crate) fn copy(
 /// appends the values `to` keeps apart to its value log (a value `from` kept apart is copied as its
 /// record, read a large piece at a time, see [`Chunks`]), the other applies the batches of pointers
 /// and small values to `to`'s tree. With values apart sled's inserts are half of a copy, and the other
-/// half overlaps them.
+/// half overlaps them (200k values of 1.1 KB: 0.90-1.50 s against 1.09-1.70 s on one thread).
 pub(crate) fn copy_generation(from: &Generation, to: &Generation) -> Result<(), sled::Error> {
+    if !to.apart {
+        // Large values go into the tree: sled's writes are all of the copy, and a second thread gained
+        // nothing (200k values of 1.1 KB: 1.04-1.59 s on one thread, 1.26-1.45 s on two).
+        return copy(&from.tree, |stored| from.resolve(stored), to);
+    }
     let (batches, applied) = std::sync::mpsc::sync_channel::<Result<sled::Batch, sled::Error>>(4);
     std::thread::scope(|scope| {
         let reader = scope.spawn(move || {
