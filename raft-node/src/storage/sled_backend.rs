@@ -89,8 +89,11 @@ pub struct SledBackend {
     reclaim: Mutex<Option<(std::sync::mpsc::SyncSender<()>, u64)>>,
 }
 
-/// The reclaimer defragments once the value log has this many dead bytes (and they are half of it).
+/// The reclaimer defragments once the value log has this many dead bytes (and they are half of it)...
 pub const RECLAIM_FROM_DEAD_BYTES: u64 = 64 << 20;
+/// ... and they have not grown for this long (or for this many rounds of it).
+const RECLAIM_QUIET: Duration = Duration::from_millis(500);
+const RECLAIM_QUIET_ROUNDS: usize = 20;
 
 impl SledBackend {
     /// Opens the store's database under `dir`. A member created before the split kept the tree in its
@@ -158,6 +161,20 @@ impl SledBackend {
         let backend = Arc::downgrade(self);
         std::thread::Builder::new().name("store-reclaim".into()).spawn(move || {
             while woken.recv().is_ok() {
+                // Let the compaction that woke it finish its deletions first (until the dead bytes stop
+                // growing, for a while at most): what the copy takes and the compactor deletes next is
+                // copied for nothing.
+                let mut dead = None;
+                for _ in 0..RECLAIM_QUIET_ROUNDS {
+                    let Some(backend) = backend.upgrade() else { return };
+                    let now = backend.generation().value_log_bytes().0;
+                    if dead == Some(now) {
+                        break;
+                    }
+                    dead = Some(now);
+                    drop(backend);
+                    std::thread::sleep(RECLAIM_QUIET);
+                }
                 let Some(backend) = backend.upgrade() else { return };
                 let generation = backend.generation();
                 if !generation.wants_reclaim(from_dead_bytes) {
