@@ -235,9 +235,7 @@ pub(crate) fn copy_generation(from: &Generation, to: &Generation) -> Result<(), 
                 let stored = item.and_then(|(key, stored)| {
                     let value = match (Pointer::decode(&stored), chunks.as_mut(), &to.values) {
                         (Some(pointer), Some(chunks), Some(values)) if to.apart => {
-                            let record = chunks.record(pointer)?;
-                            bytes += record.len();
-                            values.append_record(record)?.encode().into()
+                            values.append_record(chunks.record(pointer)?)?.encode().into()
                         }
                         (Some(_), _, _) => to.stored(&key, from.resolve(stored)?)?,
                         (None, _, _) => to.stored(&key, stored)?,
