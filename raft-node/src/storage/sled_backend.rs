@@ -118,7 +118,7 @@ impl SledBackend {
                 if !old.is_empty() {
                     info!(entries = old.len(), "moving the store out of the Raft log's database");
                 }
-                generation::copy(&old, Ok, &first)?;
+                generation::copy(&old, |_, stored| Ok(stored), &first)?;
                 first.sync()?;
                 generation::write_current(dir, 0)?;
                 first
@@ -286,15 +286,17 @@ fn backend_error(err: impl std::fmt::Display) -> BackendError {
 impl Backend for SledBackend {
     fn get(&self, bucket: Bucket, key: &[u8]) -> Result<Option<Vec<u8>>, BackendError> {
         let generation = self.generation();
-        let value = generation.tree.get(tagged(bucket, key)).map_err(backend_error)?;
-        value.map(|v| generation.resolve(v).map(|v| v.to_vec())).transpose().map_err(backend_error)
+        let key = tagged(bucket, key);
+        let value = generation.tree.get(&key).map_err(backend_error)?;
+        value.map(|v| generation.resolve(&key, v).map(|v| v.to_vec())).transpose().map_err(backend_error)
     }
 
     fn read(&self, bucket: Bucket, key: &[u8], read: &mut dyn FnMut(&[u8])) -> Result<bool, BackendError> {
         let generation = self.generation();
-        let value = generation.tree.get(tagged(bucket, key)).map_err(backend_error)?;
+        let key = tagged(bucket, key);
+        let value = generation.tree.get(&key).map_err(backend_error)?;
         if let Some(value) = value {
-            read(&generation.resolve(value).map_err(backend_error)?);
+            read(&generation.resolve(&key, value).map_err(backend_error)?);
             return Ok(true);
         }
         Ok(false)
@@ -318,7 +320,7 @@ impl Backend for SledBackend {
             if key.first() != Some(&bucket.tag()) {
                 break;
             }
-            let value = generation.resolve(value).map_err(backend_error)?;
+            let value = generation.resolve(&key, value).map_err(backend_error)?;
             if !visit(&key[1..], &value) {
                 break;
             }

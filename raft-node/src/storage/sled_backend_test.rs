@@ -462,3 +462,22 @@ fn a_defragmentation_that_waited_for_another_does_not_copy_again() {
     backend.defragment().expect("asked for afterwards, it copies");
     assert_eq!(generation::read_current(&dir.path().join("kv")).expect("read"), Some(2));
 }
+
+/// Only the key bucket holds pointers: another bucket's value shaped like one (17 bytes from the mark
+/// byte on) reads back as itself, before and after a defragmentation.
+#[test]
+fn a_value_of_another_bucket_shaped_like_a_pointer_is_only_a_value() {
+    let (_dir, backend) = backend_with(true);
+    let shaped = [&[0xfe][..], &[0u8; 16]].concat();
+    let mut batch = WriteBatch::default();
+    batch.put(Bucket::Auth, b"user".to_vec(), shaped.clone());
+    batch.put(Bucket::Meta, b"m".to_vec(), shaped.clone());
+    batch.put(Bucket::Key, b"big".to_vec(), vec![3u8; 2_000]);
+    backend.write(batch).expect("write");
+    for round in 0..2 {
+        assert_eq!(backend.get(Bucket::Auth, b"user").expect("get"), Some(shaped.clone()), "round {round}");
+        assert_eq!(all(&backend, Bucket::Meta), vec![(b"m".to_vec(), shaped.clone())]);
+        assert_eq!(all(&backend, Bucket::Key), vec![(b"big".to_vec(), vec![3u8; 2_000])]);
+        backend.defragment().expect("defragment");
+    }
+}
