@@ -194,6 +194,9 @@ impl SledBackend {
 
     /// Wakes the reclaimer if the current generation's value log is worth a defragmentation.
     fn maybe_reclaim(&self, generation: &Generation) {
+        if !self.apart {
+            return;
+        }
         if let Some((wake, from)) = &*self.reclaim.lock() {
             if generation.wants_reclaim(*from) {
                 let _ = wake.try_send(());
@@ -285,14 +288,14 @@ fn backend_error(err: impl std::fmt::Display) -> BackendError {
 
 impl Backend for SledBackend {
     fn get(&self, bucket: Bucket, key: &[u8]) -> Result<Option<Vec<u8>>, BackendError> {
-        let generation = self.generation();
+        let generation = self.current.read();
         let key = tagged(bucket, key);
         let value = generation.tree.get(&key).map_err(backend_error)?;
         value.map(|v| generation.resolve(&key, v).map(|v| v.to_vec())).transpose().map_err(backend_error)
     }
 
     fn read(&self, bucket: Bucket, key: &[u8], read: &mut dyn FnMut(&[u8])) -> Result<bool, BackendError> {
-        let generation = self.generation();
+        let generation = self.current.read();
         let key = tagged(bucket, key);
         let value = generation.tree.get(&key).map_err(backend_error)?;
         if let Some(value) = value {
