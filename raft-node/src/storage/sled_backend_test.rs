@@ -29,6 +29,15 @@ fn kv(k: &str, v: &str) -> (Vec<u8>, Vec<u8>) {
     (k.as_bytes().to_vec(), v.as_bytes().to_vec())
 }
 
+/// Writes keys `0..n` (big-endian) to the key bucket in one batch, key `i` with `value(i)`.
+fn put_keys(backend: &SledBackend, n: u32, value: impl Fn(u32) -> Vec<u8>) {
+    let mut batch = WriteBatch::default();
+    for i in 0..n {
+        batch.put(Bucket::Key, i.to_be_bytes().to_vec(), value(i));
+    }
+    backend.write(batch).expect("write");
+}
+
 #[test]
 fn buckets_are_separate_keyspaces() {
     let (_dir, backend) = backend();
@@ -167,12 +176,7 @@ fn defragment_gives_back_what_deletes_freed_and_keeps_the_content_with_values_ap
 
 fn defragment_gives_back_what_deletes_freed_and_keeps_the_content_with(apart: bool) {
     let (dir, backend) = backend_with(apart);
-    let value = vec![7u8; 10_000];
-    let mut batch = WriteBatch::default();
-    for i in 0..1000u32 {
-        batch.put(Bucket::Key, i.to_be_bytes().to_vec(), value.clone());
-    }
-    backend.write(batch).expect("write");
+    put_keys(&backend, 1000, |_| vec![7u8; 10_000]);
     let mut batch = WriteBatch::default();
     for i in 10..1000u32 {
         batch.delete(Bucket::Key, i.to_be_bytes().to_vec());
@@ -340,11 +344,7 @@ fn a_write_in_pieces_applies_every_op_in_order() {
 #[test]
 fn a_scan_across_the_switch_reads_to_its_end() {
     let (_dir, backend) = backend();
-    let mut batch = WriteBatch::default();
-    for i in 0..2000u32 {
-        batch.put(Bucket::Key, i.to_be_bytes().to_vec(), vec![1u8; 100]);
-    }
-    backend.write(batch).expect("write");
+    put_keys(&backend, 2000, |_| vec![1u8; 100]);
     let (started_tx, started_rx) = std::sync::mpsc::channel();
     let (go_tx, go_rx) = std::sync::mpsc::channel::<()>();
     let seen = std::thread::scope(|scope| {
@@ -407,11 +407,7 @@ fn the_reclaimer_gives_back_a_value_log_half_dead() {
     let backend = Arc::new(backend);
     backend.start_reclaimer(100_000).expect("reclaimer");
     let value = |i: u32| vec![(i % 200) as u8; 2_000];
-    let mut batch = WriteBatch::default();
-    for i in 0..200u32 {
-        batch.put(Bucket::Key, i.to_be_bytes().to_vec(), value(i));
-    }
-    backend.write(batch).expect("write");
+    put_keys(&backend, 200, value);
     let size_of_values = |backend: &SledBackend| backend.generation().value_log_bytes().1;
     let before = size_of_values(&backend);
     assert!(before >= 200 * 2_000, "the values are apart: {before} bytes");
@@ -439,22 +435,24 @@ fn the_reclaimer_gives_back_a_value_log_half_dead() {
     assert_eq!(all(&backend, Bucket::Key), want);
 }
 
-/// A defragmentation asked for while another runs waits for it and then copies nothing again.
+/// A defragmentation asked for while another runs waits for it and then copies nothing again (the
+/// first one is played by hand, so that the second surely asks while it runs).
 #[test]
 fn a_defragmentation_that_waited_for_another_does_not_copy_again() {
     let (dir, backend) = backend();
-    let mut batch = WriteBatch::default();
-    for i in 0..20_000u32 {
-        batch.put(Bucket::Key, i.to_be_bytes().to_vec(), vec![1u8; 1_000]);
-    }
-    backend.write(batch).expect("write");
+    put_keys(&backend, 2_000, |_| vec![1u8; 100]);
     let content = all(&backend, Bucket::Key);
     std::thread::scope(|scope| {
-        let first = scope.spawn(|| backend.defragment());
-        // Well inside the first one's copy of 20 MB.
-        std::thread::sleep(Duration::from_millis(10));
+        // A first defragmentation holds the lock every one takes...
+        let first = backend.defragmenting.lock();
+        // ... when the second is asked for (it notes the generation at once, then waits for the lock).
         let second = scope.spawn(|| backend.defragment());
-        first.join().expect("first").expect("defragment");
+        std::thread::sleep(Duration::from_millis(200));
+        let next = Generation::create(&dir.path().join("kv"), 1, false).expect("create");
+        *backend.writes.lock() = Some(Vec::new());
+        backend.copy_and_switch(&backend.generation(), next).expect("the first one's copy");
+        *backend.writes.lock() = None;
+        drop(first);
         second.join().expect("second").expect("defragment");
     });
     assert_eq!(generation::read_current(&dir.path().join("kv")).expect("read"), Some(1), "one copy, not two");
