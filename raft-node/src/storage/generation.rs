@@ -145,6 +145,22 @@ impl Generation {
         Ok(())
     }
 
+    /// The value log, once values were ever kept apart in this generation.
+    pub(crate) fn values(&self) -> Option<&ValueLog> {
+        self.values.as_ref()
+    }
+
+    /// Whether new large values of the key bucket go to the value log.
+    pub(crate) fn keeps_values_apart(&self) -> bool {
+        self.apart && self.values.is_some()
+    }
+
+    /// Holds back the removal of value segments from a pointer's lookup to its read (see
+    /// [`ValueLog::pin`]).
+    pub(crate) fn pin(&self) -> Option<parking_lot::RwLockReadGuard<'_, ()>> {
+        self.values.as_ref().map(ValueLog::pin)
+    }
+
     /// The value log's dead bytes and its size (zeros without one).
     pub(crate) fn value_log_bytes(&self) -> (u64, u64) {
         self.values.as_ref().map_or((0, 0), |values| (values.dead_bytes(), values.size_bytes()))

@@ -61,6 +61,7 @@ pub mod sled_backend;
 pub mod snapshot;
 pub mod snapshot_file;
 pub mod state_machine;
+pub(crate) mod value_gc;
 pub(crate) mod value_log;
 pub(crate) mod wal;
 

@@ -61,6 +61,7 @@ use tracing::{debug, info, warn};
 
 use crate::storage::generation::{self, Generation, Ops, TREE};
 use crate::storage::scan::Forward;
+use crate::storage::value_gc::{self, Collected};
 
 /// How long a measured size is reused: the quota check asks on every write, and measuring lists files.
 const SIZE_TTL: Duration = Duration::from_millis(100);
@@ -79,6 +80,8 @@ pub struct SledBackend {
     writes: Mutex<Option<Vec<Ops>>>,
     /// One defragmentation at a time.
     defragmenting: Mutex<()>,
+    /// Defragmentations done (a collection in place leaves the generation's number as it was).
+    defragmented: AtomicU64,
     /// The last measured size, and when it was measured.
     size: AtomicU64,
     measured_at: Mutex<Option<Instant>>,
@@ -144,6 +147,7 @@ impl SledBackend {
             current: RwLock::new(Arc::new(current)),
             writes: Mutex::new(None),
             defragmenting: Mutex::new(()),
+            defragmented: AtomicU64::new(0),
             size: AtomicU64::new(0),
             measured_at: Mutex::new(None),
             apart,
@@ -289,6 +293,7 @@ fn backend_error(err: impl std::fmt::Display) -> BackendError {
 impl Backend for SledBackend {
     fn get(&self, bucket: Bucket, key: &[u8]) -> Result<Option<Vec<u8>>, BackendError> {
         let generation = self.current.read();
+        let _pin = generation.pin();
         let key = tagged(bucket, key);
         let value = generation.tree.get(&key).map_err(backend_error)?;
         value.map(|v| generation.resolve(&key, v).map(|v| v.to_vec())).transpose().map_err(backend_error)
@@ -296,6 +301,7 @@ impl Backend for SledBackend {
 
     fn read(&self, bucket: Bucket, key: &[u8], read: &mut dyn FnMut(&[u8])) -> Result<bool, BackendError> {
         let generation = self.current.read();
+        let _pin = generation.pin();
         let key = tagged(bucket, key);
         let value = generation.tree.get(&key).map_err(backend_error)?;
         if let Some(value) = value {
@@ -318,12 +324,17 @@ impl Backend for SledBackend {
         visit: &mut dyn FnMut(&[u8], &[u8]) -> bool,
     ) -> Result<(), BackendError> {
         let generation = self.generation();
-        for item in Forward::from(&generation.tree, &tagged(bucket, start)) {
+        let mut entries = Forward::from(&generation.tree, &tagged(bucket, start));
+        loop {
+            // From each lookup to its read only: `visit` may take long.
+            let pin = generation.pin();
+            let Some(item) = entries.next() else { break };
             let (key, value) = item.map_err(backend_error)?;
             if key.first() != Some(&bucket.tag()) {
                 break;
             }
             let value = generation.resolve(&key, value).map_err(backend_error)?;
+            drop(pin);
             if !visit(&key[1..], &value) {
                 break;
             }
@@ -407,18 +418,43 @@ impl Backend for SledBackend {
         self.size_bytes().saturating_sub(self.generation().value_log_bytes().0)
     }
 
-    /// Copies the tree into a fresh database (the next generation) while reads and writes go on, and
-    /// switches to it (see the module doc); the old generation is removed once unused.
+    /// Gives back the space compactions freed while reads and writes go on: with values apart, in place
+    /// ([`crate::storage::value_gc`]); otherwise (or once sled's files grew much larger than the tree)
+    /// by copying the tree into a fresh database, the next generation, and switching to it (see the
+    /// module doc); the old generation is removed once unused.
     fn defragment(&self) -> Result<(), BackendError> {
-        let asked_of = self.generation().number;
+        let asked_of = (self.generation().number, self.defragmented.load(Ordering::Acquire));
         let _one = self.defragmenting.lock();
         let started = Instant::now();
         let old = self.generation();
-        if old.number != asked_of {
-            // Another one (the reclaimer's, a client's, or a snapshot install) made a fresh generation
-            // while this one waited for it: copying again now would give back next to nothing.
+        if (old.number, self.defragmented.load(Ordering::Acquire)) != asked_of {
+            // Another one (the reclaimer's, a client's, or a snapshot install) was done while this one
+            // waited for it: doing it again now would give back next to nothing.
             info!(generation = old.number, "the store was defragmented while this defragmentation waited");
             return Ok(());
+        }
+        if self.apart && old.keeps_values_apart() {
+            match value_gc::collect(&old, &self.writes).map_err(backend_error)? {
+                Collected::Done(report) => {
+                    self.defragmented.fetch_add(1, Ordering::AcqRel);
+                    self.forget_size();
+                    info!(
+                        generation = old.number,
+                        elapsed_ms = started.elapsed().as_millis() as u64,
+                        count_ms = report.count_time.as_millis() as u64,
+                        move_ms = report.move_time.as_millis() as u64,
+                        segments_removed = report.segments,
+                        freed_bytes = report.freed_bytes,
+                        records_moved = report.moved,
+                        moved_bytes = report.moved_bytes,
+                        "gave back the value log's dead space"
+                    );
+                    return Ok(());
+                }
+                Collected::TreeTooLarge { on_disk, entries } => {
+                    info!(on_disk, entries, "the store's tree takes much more than it holds: copying it");
+                }
+            }
         }
         let number = old.number + 1;
         let next = Generation::create(&self.dir, number, self.apart).map_err(backend_error)?;
@@ -439,6 +475,7 @@ impl Backend for SledBackend {
         if let Err(err) = retiring {
             debug!(%err, "the old store generation is dropped in place");
         }
+        self.defragmented.fetch_add(1, Ordering::AcqRel);
         self.forget_size();
         info!(
             generation = number,

@@ -200,12 +200,20 @@ fn defragment_gives_back_what_deletes_freed_and_keeps_the_content_with(apart: bo
     backend.sync().expect("sync");
     drop(backend);
     let kv_dir = dir.path().join("kv");
-    assert_eq!(generation::read_current(&kv_dir).expect("read"), Some(1));
-    // Removed by a thread of its own, soon after the switch.
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while kv_dir.join("0").exists() {
-        assert!(Instant::now() < deadline, "the old generation is removed");
-        std::thread::sleep(Duration::from_millis(5));
+    if apart {
+        // In place: the same generation, its value log without the segments the deletes left dead or
+        // nearly (the first 10 keys' values were moved out of the first one).
+        assert_eq!(generation::read_current(&kv_dir).expect("read"), Some(0));
+        let segments = std::fs::read_dir(kv_dir.join("0").join("values")).expect("values").count();
+        assert_eq!(segments, 1, "only the segment appended to is left");
+    } else {
+        assert_eq!(generation::read_current(&kv_dir).expect("read"), Some(1));
+        // Removed by a thread of its own, soon after the switch.
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while kv_dir.join("0").exists() {
+            assert!(Instant::now() < deadline, "the old generation is removed");
+            std::thread::sleep(Duration::from_millis(5));
+        }
     }
     let db = sled::Config::new().path(dir.path().join("db2")).open().expect("open sled");
     let reopened = reopen(&kv_dir, &db);
@@ -420,17 +428,22 @@ fn the_reclaimer_gives_back_a_value_log_half_dead() {
     backend.forget_size();
     let (size, in_use) = (backend.size_bytes(), backend.size_in_use_bytes());
     assert_eq!(size - in_use, 60 * 2_008, "dbSizeInUse leaves out the dead records");
-    // 110 of 200: the reclaimer copies the 90 live ones into generation 1.
+    // 110 of 200: the reclaimer moves the 90 live ones out of their segment, which goes.
     let mut batch = WriteBatch::default();
     (60..110u32).for_each(|i| batch.delete(Bucket::Key, i.to_be_bytes().to_vec()));
     backend.write_in_pieces(batch).expect("delete");
     let deadline = Instant::now() + Duration::from_secs(10);
-    while generation::read_current(&dir.path().join("kv")).expect("read") != Some(1) {
+    while size_of_values(&backend) >= before {
         assert!(Instant::now() < deadline, "the reclaimer did not defragment");
         std::thread::sleep(Duration::from_millis(10));
     }
     let after = size_of_values(&backend);
-    assert!(after < before / 2, "the value log went from {before} to {after} bytes only");
+    assert_eq!(after, 90 * 2_008, "the value log holds the live records only");
+    let values_dir = dir.path().join("kv").join("0").join("values");
+    let names: Vec<_> = std::fs::read_dir(values_dir).expect("values").map(|e| e.expect("entry").file_name()).collect();
+    assert_eq!(names, vec![std::ffi::OsString::from("00000001.vlog")], "the first segment went");
+    backend.forget_size();
+    assert_eq!(backend.size_bytes(), backend.size_in_use_bytes(), "nothing is dead any more");
     let want: Vec<_> = (110..200u32).map(|i| (i.to_be_bytes().to_vec(), value(i))).collect();
     assert_eq!(all(&backend, Bucket::Key), want);
 }

@@ -18,8 +18,19 @@
 //! ([`ValueLog::sync`]): sled may persist a batch at any time after it is applied, so a pointer on disk
 //! always names a value on disk. A crash leaves at most records no pointer names at a segment's end;
 //! appends go on after them. Values no pointer names any more (compacted revisions) stay in their
-//! segment until a defragmentation copies the live ones into the next generation.
+//! segment until a defragmentation gives their space back ([`crate::storage::value_gc`]): a segment no
+//! pointer names any more is removed, and one mostly dead has its live records moved to the end of the
+//! log first; or a full defragmentation copies the live ones into the next generation.
+//!
+//! # Removing segments while readers follow pointers
+//!
+//! A reader takes a pointer from sled, then reads the record it names; a segment may only go once no
+//! reader can hold a pointer into it. Readers hold [`ValueLog::pin`] from the lookup to the read, and
+//! a segment is taken out of the log under the same lock, exclusively, after the collector saw no
+//! pointer into it left in the tree (none is ever added to a closed segment): a lookup that starts
+//! after that finds none, and one that started before has finished its read.
 
+use std::collections::BTreeMap;
 use std::fs::{File, OpenOptions};
 use std::io;
 use std::os::unix::fs::FileExt;
@@ -28,10 +39,11 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
 use kv_api::hash::Crc32c;
-use parking_lot::{Mutex, RwLock};
+use parking_lot::{Mutex, RwLock, RwLockReadGuard};
 
-/// A segment is closed once it holds this much; the next append starts a new one.
-const SEGMENT_BYTES: u64 = 64 << 20;
+/// A segment is closed once it holds this much; the next append starts a new one (smaller in unit
+/// tests, so that a few megabytes span several).
+const SEGMENT_BYTES: u64 = if cfg!(test) { 4 << 20 } else { 64 << 20 };
 /// The CRC and the length before each value.
 const HEADER: usize = 8;
 /// The first byte of a pointer in sled. Values of the key bucket start with their kind, 0 or 1
@@ -52,6 +64,10 @@ impl Pointer {
     /// The bytes its record takes in the value log.
     pub(crate) fn record_bytes(&self) -> u64 {
         HEADER as u64 + u64::from(self.len)
+    }
+
+    pub(crate) fn segment(&self) -> u32 {
+        self.segment
     }
 
     pub(crate) fn encode(&self) -> Vec<u8> {
@@ -93,11 +109,14 @@ struct Writer {
 #[derive(Debug)]
 pub(crate) struct ValueLog {
     dir: PathBuf,
-    /// Every segment, by number (read concurrently with `pread`).
-    files: RwLock<Vec<Arc<File>>>,
+    /// Every segment, by number (read concurrently with `pread`); numbers of removed ones are gaps.
+    files: RwLock<BTreeMap<u32, Arc<File>>>,
+    /// Held shared by readers from their lookup of a pointer to their read, exclusively to remove
+    /// segments (see the module doc).
+    removal: RwLock<()>,
     writer: Mutex<Writer>,
     /// Bytes of records no pointer names any more, counted since the log was opened (those of an
-    /// earlier run are not known until a defragmentation leaves only live ones).
+    /// earlier run are not known until a collection counts them).
     dead: AtomicU64,
 }
 
@@ -127,22 +146,26 @@ impl ValueLog {
         }
         numbers.sort_unstable();
         let new_names = numbers.is_empty();
-        // Segments are numbered from 0 without gaps; a gap would leave pointers without their file.
-        if numbers.iter().enumerate().any(|(i, n)| *n as usize != i) {
-            return Err(corrupt(format!("{}: value segments {numbers:?} are not numbered 0, 1, ...", dir.display())));
-        }
+        // Gaps are segments a collection removed: no pointer names them (a pointer that did would read
+        // as an error, never as another value).
         if numbers.is_empty() {
             numbers.push(0);
         }
-        let files = numbers.iter().map(|n| open_segment(dir, *n).map(Arc::new)).collect::<io::Result<Vec<_>>>()?;
-        let mut lengths = files.iter().map(|f| f.metadata().map(|m| m.len())).collect::<io::Result<Vec<_>>>()?;
-        let written = lengths.pop().expect("at least segment 0");
-        let last = *numbers.last().expect("at least segment 0");
-        let closed = lengths.iter().sum();
+        let mut files = BTreeMap::new();
+        let mut closed = 0;
+        for number in &numbers {
+            let file = open_segment(dir, *number)?;
+            closed += file.metadata()?.len();
+            files.insert(*number, Arc::new(file));
+        }
+        let last = *numbers.last().expect("at least one segment");
+        let written = files[&last].metadata()?.len();
+        closed -= written;
         let writer = Writer { segment: last, written, closed, buffer: Vec::new(), unsynced: Vec::new(), new_names };
         Ok(Self {
             dir: dir.to_path_buf(),
             files: RwLock::new(files),
+            removal: RwLock::new(()),
             writer: Mutex::new(writer),
             dead: AtomicU64::new(0),
         })
@@ -169,18 +192,42 @@ impl ValueLog {
         let record = (HEADER as u64) + u64::from(len);
         let at = writer.written + writer.buffer.len() as u64;
         if at > 0 && at + record > SEGMENT_BYTES {
-            self.write_buffer(&mut writer)?;
-            let next = writer.segment + 1;
-            let file = Arc::new(open_segment(&self.dir, next)?);
-            self.files.write().push(file);
-            writer.segment = next;
-            writer.new_names = true;
-            writer.closed += writer.written;
-            writer.written = 0;
+            self.roll(&mut writer)?;
         }
         let offset = writer.written + writer.buffer.len() as u64;
         pieces.iter().for_each(|piece| writer.buffer.extend_from_slice(piece));
         Ok(Pointer { segment: writer.segment, offset, len })
+    }
+
+    /// Closes the segment being appended to; appends go on in a new one.
+    fn roll(&self, writer: &mut Writer) -> io::Result<()> {
+        self.write_buffer(writer)?;
+        let next = writer.segment + 1;
+        let file = Arc::new(open_segment(&self.dir, next)?);
+        self.files.write().insert(next, file);
+        writer.segment = next;
+        writer.new_names = true;
+        writer.closed += writer.written;
+        writer.written = 0;
+        Ok(())
+    }
+
+    /// Closes the segment being appended to if it holds anything (a collection may then take it);
+    /// returns its number.
+    pub(crate) fn seal(&self) -> io::Result<Option<u32>> {
+        let mut writer = self.writer.lock();
+        if writer.written + writer.buffer.len() as u64 == 0 {
+            return Ok(None);
+        }
+        let sealed = writer.segment;
+        self.roll(&mut writer)?;
+        Ok(Some(sealed))
+    }
+
+    /// The segment being appended to, and its bytes (written or buffered).
+    pub(crate) fn appending(&self) -> (u32, u64) {
+        let writer = self.writer.lock();
+        (writer.segment, writer.written + writer.buffer.len() as u64)
     }
 
     /// Writes what was appended to its segment (into the file cache): readers can then follow any
@@ -194,7 +241,7 @@ impl ValueLog {
         if writer.buffer.is_empty() {
             return Ok(());
         }
-        let file = self.files.read()[writer.segment as usize].clone();
+        let file = self.files.read()[&writer.segment].clone();
         file.write_all_at(&writer.buffer, writer.written)?;
         writer.written += writer.buffer.len() as u64;
         writer.buffer.clear();
@@ -211,7 +258,7 @@ impl ValueLog {
         self.write_buffer(&mut writer)?;
         let files = self.files.read();
         for segment in std::mem::take(&mut writer.unsynced) {
-            files[segment as usize].sync_data()?;
+            files[&segment].sync_data()?;
         }
         if writer.new_names {
             // The new segment's name, and the directory's own in the generation's.
@@ -235,8 +282,7 @@ impl ValueLog {
     }
 
     fn segment(&self, pointer: Pointer) -> io::Result<Arc<File>> {
-        let files = self.files.read();
-        let file = files.get(pointer.segment as usize).cloned();
+        let file = self.files.read().get(&pointer.segment).cloned();
         file.ok_or_else(|| corrupt(format!("{}: no value segment {}", self.dir.display(), pointer.segment)))
     }
 
@@ -268,10 +314,52 @@ impl ValueLog {
         self.dead.load(Ordering::Relaxed)
     }
 
+    /// Sets the dead bytes to a count a collection made.
+    pub(crate) fn set_dead_bytes(&self, bytes: u64) {
+        self.dead.store(bytes, Ordering::Relaxed);
+    }
+
     /// The bytes of every segment, written or still buffered.
     pub(crate) fn size_bytes(&self) -> u64 {
         let writer = self.writer.lock();
         writer.closed + writer.written + writer.buffer.len() as u64
+    }
+
+    /// Holds back the removal of segments: take it before looking a pointer up, keep it until the
+    /// record is read (see the module doc). Recursive: a reader may hold two.
+    pub(crate) fn pin(&self) -> RwLockReadGuard<'_, ()> {
+        self.removal.read_recursive()
+    }
+
+    /// The closed segments (every one but the one appended to), each with its size.
+    pub(crate) fn closed_segments(&self) -> io::Result<Vec<(u32, u64)>> {
+        let current = self.writer.lock().segment;
+        let files: Vec<(u32, Arc<File>)> =
+            self.files.read().iter().filter(|(n, _)| **n != current).map(|(n, f)| (*n, f.clone())).collect();
+        files.into_iter().map(|(number, file)| Ok((number, file.metadata()?.len()))).collect()
+    }
+
+    /// Removes closed segments no pointer in the tree names any more; returns the bytes they held.
+    /// The caller saw to that, and made the tree without them durable (a crash must not bring back a
+    /// pointer into a removed segment).
+    pub(crate) fn remove_segments(&self, segments: &[u32]) -> io::Result<u64> {
+        let current = self.writer.lock().segment;
+        let removed: Vec<(u32, Arc<File>)> = {
+            let _no_reader = self.removal.write();
+            let mut files = self.files.write();
+            segments.iter().filter(|n| **n != current).filter_map(|n| files.remove(n).map(|f| (*n, f))).collect()
+        };
+        let mut freed = 0;
+        for (number, file) in removed {
+            let bytes = file.metadata()?.len();
+            drop(file);
+            std::fs::remove_file(segment_path(&self.dir, number))?;
+            let mut writer = self.writer.lock();
+            writer.closed = writer.closed.saturating_sub(bytes);
+            freed += bytes;
+        }
+        File::open(&self.dir)?.sync_all()?;
+        Ok(freed)
     }
 }
 
@@ -330,12 +418,15 @@ mod tests {
     fn values_read_back_across_segments_and_a_reopen() {
         let dir = tempfile::tempdir().expect("tempdir");
         let log = ValueLog::open(dir.path()).expect("open");
-        // 3 MiB values: the 22nd does not fit in the first segment.
-        let value = |i: u8| vec![i; 3 << 20];
+        // Values larger than a chunk, a few to a segment.
+        let size = CHUNK_BYTES * 3 / 2;
+        let record = (size + HEADER) as u64;
+        let per_segment = (SEGMENT_BYTES / record) as usize;
+        let value = |i: u8| vec![i; size];
         let pointers: Vec<Pointer> = (0..25u8).map(|i| log.append(&value(i)).expect("append")).collect();
         log.sync().expect("sync");
-        assert_eq!(pointers[21].segment, 1, "a record never straddles two segments");
-        assert_eq!(pointers[21].offset, 0);
+        assert_eq!(pointers[per_segment].segment, 1, "a record never straddles two segments");
+        assert_eq!(pointers[per_segment].offset, 0);
         for (i, pointer) in pointers.iter().enumerate() {
             assert_eq!(Pointer::decode(&pointer.encode()), Some(*pointer));
             assert_eq!(log.read(*pointer).expect("read"), value(i as u8));
@@ -362,13 +453,16 @@ mod tests {
         let log = ValueLog::open(dir.path()).expect("reopen");
         assert_eq!(log.read(pointers[3]).expect("read"), value(3));
         let next = log.append(b"after the reopen").expect("append");
-        assert_eq!(next.segment, 1);
+        let last = pointers[24].segment;
+        assert_eq!(small[499].segment, last, "the small values fit after the last large one");
+        assert_eq!(next.segment, last);
         let small_bytes = 500 * (1200 + HEADER as u64);
-        assert_eq!(next.offset, 4 * ((3 << 20) + HEADER as u64) + small_bytes, "appends go on after the last record");
+        let in_last = (25 - per_segment * last as usize) as u64;
+        assert_eq!(next.offset, in_last * record + small_bytes, "appends go on after the last record");
         log.write_out().expect("write");
         assert_eq!(log.read(next).expect("read"), b"after the reopen");
-        let first_segment = 21 * ((3 << 20) + HEADER as u64);
-        assert_eq!(log.size_bytes(), first_segment + next.offset + HEADER as u64 + 16);
+        let full_segments = u64::from(last) * per_segment as u64 * record;
+        assert_eq!(log.size_bytes(), full_segments + next.offset + HEADER as u64 + 16);
         drop(other);
     }
 
@@ -391,11 +485,37 @@ mod tests {
     }
 
     #[test]
-    fn a_gap_in_the_segments_stops_the_open() {
+    fn removed_segments_go_and_the_log_reopens_around_the_gap() {
         let dir = tempfile::tempdir().expect("tempdir");
-        std::fs::write(segment_path(dir.path(), 0), b"").expect("segment 0");
-        std::fs::write(segment_path(dir.path(), 2), b"").expect("segment 2");
-        let err = ValueLog::open(dir.path()).expect_err("gap");
-        assert!(err.to_string().contains("not numbered 0, 1"), "{err}");
+        let log = ValueLog::open(dir.path()).expect("open");
+        let value = |i: u8| vec![i; CHUNK_BYTES];
+        let pointers: Vec<Pointer> = (0..10u8).map(|i| log.append(&value(i)).expect("append")).collect();
+        log.sync().expect("sync");
+        let segments = log.closed_segments().expect("segments");
+        let last = pointers[9].segment;
+        assert_eq!(segments.iter().map(|(n, _)| *n).collect::<Vec<_>>(), (0..last).collect::<Vec<_>>());
+        let size = log.size_bytes();
+        let first = pointers.iter().filter(|p| p.segment == 1).count() as u64;
+        // The segment appended to is never removed, whatever the caller asks.
+        let freed = log.remove_segments(&[1, last]).expect("remove");
+        assert_eq!(freed, first * (CHUNK_BYTES + HEADER) as u64);
+        assert_eq!(log.size_bytes(), size - freed);
+        assert!(!segment_path(dir.path(), 1).exists());
+        let read_all = |log: &ValueLog| {
+            for (i, pointer) in pointers.iter().enumerate() {
+                let read = log.read(*pointer);
+                if pointer.segment == 1 {
+                    assert!(read.expect_err("removed").to_string().contains("no value segment 1"));
+                } else {
+                    assert_eq!(read.expect("read"), value(i as u8));
+                }
+            }
+        };
+        read_all(&log);
+        drop(log);
+        let log = ValueLog::open(dir.path()).expect("reopened with a gap");
+        read_all(&log);
+        assert_eq!(log.size_bytes(), size - freed);
+        assert_eq!(log.append(b"next").expect("append").segment, last, "appends go on in the last segment");
     }
 }
