@@ -171,6 +171,12 @@ pub async fn compact(channel: &Channel, revision: i64, physical: bool, timeout: 
     with_timeout(timeout, client.compact(pb::CompactionRequest { revision, physical })).await.map(|_| ())
 }
 
+/// Maintenance.Defragment of the member `channel` reaches.
+pub async fn defragment(channel: &Channel, timeout: Duration) -> Result<(), tonic::Status> {
+    let mut client = pb::maintenance_client::MaintenanceClient::new(channel.clone());
+    with_timeout(timeout, client.defragment(pb::DefragmentRequest {})).await.map(|_| ())
+}
+
 /// Whether the request certainly never reached the server: the connection could not be made
 /// (refused, or the connect timed out), so nothing was sent. Such a write is a `fail`, not `info`.
 pub fn never_sent(status: &tonic::Status) -> bool {

@@ -67,6 +67,8 @@ const MAX_FILLER: u64 = 20_000;
 const COMPACT_LAG: i64 = 20;
 /// How long one call may take.
 const CALL_TIMEOUT: Duration = Duration::from_secs(5);
+/// How long a Defragment may take (etcd's copies its whole file).
+const DEFRAG_TIMEOUT: Duration = Duration::from_secs(20);
 /// How long the healed follower may take to catch up.
 const CATCH_UP_DEADLINE: Duration = Duration::from_secs(30);
 /// Log lines by which a member shows it installed a snapshot from its leader: openraft's state
@@ -110,10 +112,13 @@ pub async fn compact(cluster: &Cluster, rng: &mut StdRng) -> Compaction {
     let physical = rng.gen_bool(0.5);
     let how = if physical { "physical" } else { "not physical" };
     match client::compact(member.channel(), revision, physical, CALL_TIMEOUT).await {
-        Ok(()) => Compaction {
-            detail: format!("compacted at revision {revision} (current {current}, {how}) through {}", member.name),
-            revision: Some(revision),
-        },
+        Ok(()) => {
+            let detail = format!("compacted at revision {revision} (current {current}, {how}) through {}", member.name);
+            // Half the time a member then defragments while the workload runs (etcd's own advice after
+            // a compaction): the copy, or ours' collection in place, must lose nothing acknowledged.
+            let defragmented = if rng.gen_bool(0.5) { defragment(cluster, rng).await } else { String::new() };
+            Compaction { detail: format!("{detail}{defragmented}"), revision: Some(revision) }
+        }
         Err(status) if status.message().contains("required revision has been compacted") => Compaction {
             detail: format!("revision {revision} was already compacted ({})", member.name),
             revision: None,
@@ -126,6 +131,16 @@ pub async fn compact(cluster: &Cluster, rng: &mut StdRng) -> Compaction {
             ),
             revision: Some(revision),
         },
+    }
+}
+
+/// Defragments a member chosen at random; what happened, for the nemesis log.
+async fn defragment(cluster: &Cluster, rng: &mut StdRng) -> String {
+    let member = &cluster.members[rng.gen_range(0..cluster.members.len())];
+    let started = std::time::Instant::now();
+    match client::defragment(member.channel(), DEFRAG_TIMEOUT).await {
+        Ok(()) => format!("; defragmented {} in {} ms", member.name, started.elapsed().as_millis()),
+        Err(status) => format!("; defragment of {} failed: {}", member.name, client::describe(&status)),
     }
 }
 
