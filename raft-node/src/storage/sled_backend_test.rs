@@ -492,3 +492,69 @@ fn a_value_of_another_bucket_shaped_like_a_pointer_is_only_a_value() {
         backend.defragment().expect("defragment");
     }
 }
+
+/// With values apart, readers (lookups and a scan) go on while collections remove segments and move
+/// records from under them: each reads every live value as written, never an error.
+#[test]
+fn readers_go_on_while_the_value_log_is_collected() {
+    use std::sync::atomic::AtomicBool;
+
+    let (_dir, backend) = backend_with(true);
+    let value = |i: u32| i.to_be_bytes().repeat(500);
+    // 4,000 values of 2 KB over two segments and the open one.
+    put_keys(&backend, 4_000, value);
+    let live = |i: u32| i % 3 == 0;
+    let mut batch = WriteBatch::default();
+    (0..4_000u32).filter(|i| !live(*i)).for_each(|i| batch.delete(Bucket::Key, i.to_be_bytes().to_vec()));
+    backend.write_in_pieces(batch).expect("delete");
+    let want: Vec<_> = (0..4_000u32).filter(|i| live(*i)).map(|i| (i.to_be_bytes().to_vec(), value(i))).collect();
+    let stop = AtomicBool::new(false);
+    std::thread::scope(|scope| {
+        let readers: Vec<_> = (0..2u32)
+            .map(|id| {
+                let (backend, stop, want) = (&backend, &stop, &want);
+                scope.spawn(move || {
+                    let mut reads = 0u64;
+                    while !stop.load(Ordering::Relaxed) {
+                        if id == 0 {
+                            // The keys each round writes and deletes may be there or not.
+                            let kept =
+                                |(key, _): &(Vec<u8>, Vec<u8>)| key.as_slice() < 100_000u32.to_be_bytes().as_slice();
+                            let scanned: Vec<_> = all(backend, Bucket::Key).into_iter().filter(kept).collect();
+                            assert!(&scanned == want, "a scan during a collection read other values");
+                        } else {
+                            for (key, value) in want {
+                                let got = backend.get(Bucket::Key, key).expect("get during a collection");
+                                assert!(got.as_ref() == Some(value), "a lookup during a collection read another value");
+                            }
+                        }
+                        reads += 1;
+                    }
+                    reads
+                })
+            })
+            .collect();
+        // Each round then writes and deletes 300 more values: the next collection takes them.
+        for round in 0..5u32 {
+            std::thread::sleep(Duration::from_millis(20));
+            let size = backend.generation().value_log_bytes().1;
+            backend.defragment().expect("defragment");
+            let after = backend.generation().value_log_bytes().1;
+            let live = want.len() as u64 * (2_000 + 8);
+            assert_eq!(after, live, "round {round}: the collection left {after} of {size} bytes");
+            let keys: Vec<Vec<u8>> =
+                (0..300u32).map(|i| (100_000 + round * 1_000 + i).to_be_bytes().to_vec()).collect();
+            let mut batch = WriteBatch::default();
+            keys.iter().for_each(|key| batch.put(Bucket::Key, key.clone(), vec![7; 2_000]));
+            backend.write(batch).expect("write");
+            let mut batch = WriteBatch::default();
+            keys.iter().for_each(|key| batch.delete(Bucket::Key, key.clone()));
+            backend.write(batch).expect("delete");
+        }
+        stop.store(true, Ordering::Relaxed);
+        for reader in readers {
+            assert!(reader.join().expect("reader") > 0);
+        }
+    });
+    assert_eq!(all(&backend, Bucket::Key), want);
+}
