@@ -66,9 +66,9 @@ pub struct ClusteringFlags {
     pub unsafe_no_fsync: bool,
 
     /// Not etcd's: keeps the store's values of 512 bytes or more in a value log beside its sled tree, which
-    /// then holds a pointer to each. Experimental: the space of compacted values comes back only with a
-    /// defragmentation.
-    #[arg(long, env = "ETCD_EXPERIMENTAL_VALUES_APART", default_value = "false", num_args = 0..=1,
+    /// then holds a pointer to each (on by default; `=false` keeps new values in the tree). The space of
+    /// compacted values comes back with a defragmentation, which the member also starts on its own.
+    #[arg(long, env = "ETCD_EXPERIMENTAL_VALUES_APART", default_value = "true", num_args = 0..=1,
           default_missing_value = "true", action = clap::ArgAction::Set, value_parser = parse_bool)]
     pub experimental_values_apart: bool,
 }

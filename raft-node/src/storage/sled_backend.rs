@@ -451,8 +451,8 @@ impl Backend for SledBackend {
                     );
                     return Ok(());
                 }
-                Collected::TreeTooLarge { on_disk, entries } => {
-                    info!(on_disk, entries, "the store's tree takes much more than it holds: copying it");
+                Collected::TreeTooLarge { on_disk, fresh } => {
+                    info!(on_disk, fresh, "the store's tree takes over twice what a fresh one would: copying it");
                 }
             }
         }

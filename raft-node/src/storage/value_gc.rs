@@ -7,8 +7,9 @@
 //! fresh sled tree, at about the speed etcd's defragmentation copies its whole bbolt file (200k values
 //! of 1 KB: 1.3 s for both). Yet revisions die in about the order they were written, so a compaction
 //! leaves whole segments of the value log dead and others whole: those need only go, and the live
-//! ones stay where they are. sled's tree holds keys and 17-byte pointers; it is copied only once it
-//! has grown much larger than what it holds ([`Collected::TreeTooLarge`]).
+//! ones stay where they are. sled's tree holds keys, small values and 17-byte pointers; it is copied
+//! only once its files take over twice what a fresh tree of its entries would ([`Collected::TreeTooLarge`]),
+//! as they do after compactions of many small values.
 //!
 //! # How
 //!
@@ -32,20 +33,23 @@ use crate::storage::value_log::{Chunks, Pointer, ValueLog};
 
 /// A segment this much dead or more (as a fraction, 1/n) has its live records moved, and goes.
 const MOVE_FROM_DEAD_PART: u64 = 8;
-/// The tree is copied into a new generation instead once sled takes more than this many times the
-/// bytes its entries hold...
-const TREE_SLACK: u64 = 4;
-/// ... plus this much.
-const TREE_SLACK_BYTES: u64 = 64 << 20;
+/// What a fresh sled tree takes on disk, per byte its entries hold and per entry (fitted on trees
+/// written in batches of 256 and flushed: 200k entries of 42 bytes took 33.5 MB, of 284 bytes 104 MB).
+const FRESH_PER_BYTE: (u64, u64) = (3, 2);
+const FRESH_PER_ENTRY: u64 = 106;
+/// The tree is copied into a new generation instead once sled takes more than twice what a fresh tree
+/// of its entries would, plus this much: half of its files would come back.
+const TREE_SLACK_BYTES: u64 = 8 << 20;
 
 /// What [`collect`] did.
 #[derive(Debug)]
 pub(crate) enum Collected {
     Done(Report),
-    /// Nothing was done: sled's files are much larger than its entries, and only a copy shrinks them.
+    /// Nothing was done: sled's files are much larger than a fresh tree of its entries would be, and
+    /// only a copy shrinks them.
     TreeTooLarge {
         on_disk: u64,
-        entries: u64,
+        fresh: u64,
     },
 }
 
@@ -77,10 +81,11 @@ pub(crate) fn collect(generation: &Generation, writes: &Mutex<Option<Vec<Ops>>>)
         let _writes = writes.lock();
         (values.closed_segments()?, values.appending())
     };
-    let (live, entries) = count_live(generation)?;
+    let (live, entries, bytes) = count_live(generation)?;
     let on_disk = generation.db.size_on_disk()?;
-    if on_disk > TREE_SLACK * entries + TREE_SLACK_BYTES {
-        return Ok(Collected::TreeTooLarge { on_disk, entries });
+    let fresh = bytes * FRESH_PER_BYTE.0 / FRESH_PER_BYTE.1 + entries * FRESH_PER_ENTRY;
+    if on_disk > 2 * fresh + TREE_SLACK_BYTES {
+        return Ok(Collected::TreeTooLarge { on_disk, fresh });
     }
     let mut report = Report { count_time: started.elapsed(), ..Report::default() };
     let (mut doomed, mut to_move, mut kept_dead) = (Vec::new(), BTreeSet::new(), 0);
@@ -141,22 +146,23 @@ pub(crate) fn collect(generation: &Generation, writes: &Mutex<Option<Vec<Ops>>>)
     Ok(Collected::Done(report))
 }
 
-/// Each closed segment's live bytes (the records the key bucket's pointers name), and the bytes the
-/// tree's entries hold.
-fn count_live(generation: &Generation) -> Result<(HashMap<u32, u64>, u64), sled::Error> {
+/// Each closed segment's live bytes (the records the key bucket's pointers name), and the tree's
+/// entries and the bytes they hold.
+fn count_live(generation: &Generation) -> Result<(HashMap<u32, u64>, u64, u64), sled::Error> {
     let mut live = HashMap::new();
-    let mut entries = 0u64;
+    let (mut entries, mut bytes) = (0u64, 0u64);
     let tag = Bucket::Key.tag();
     for item in Forward::from(&generation.tree, &[]) {
         let (key, stored) = item?;
-        entries += (key.len() + stored.len()) as u64;
+        entries += 1;
+        bytes += (key.len() + stored.len()) as u64;
         if key.first() == Some(&tag) {
             if let Some(pointer) = Pointer::decode(&stored) {
                 *live.entry(pointer.segment()).or_insert(0) += pointer.record_bytes();
             }
         }
     }
-    Ok((live, entries))
+    Ok((live, entries, bytes))
 }
 
 /// Pointers to replace, in batches.
