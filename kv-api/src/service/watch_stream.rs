@@ -190,7 +190,7 @@ impl<C: Consensus> WatchStream<C> {
         };
         let refused = match refused {
             Some(reason) => Some(reason),
-            None if !matches!(range.range_end.as_slice(), [] | [0]) && range.key >= range.range_end => {
+            None if !matches!(range.range_end(), [] | [0]) && range.key() >= range.range_end() => {
                 Some(EMPTY_RANGE.to_string())
             }
             None if create.watch_id != 0 && self.watchers.contains_key(&create.watch_id) => {
