@@ -503,7 +503,7 @@ fn readers_go_on_while_the_value_log_is_collected() {
     let value = |i: u32| i.to_be_bytes().repeat(500);
     // 4,000 values of 2 KB over two segments and the open one.
     put_keys(&backend, 4_000, value);
-    let live = |i: u32| i % 3 == 0;
+    let live = |i: u32| i.is_multiple_of(3);
     let mut batch = WriteBatch::default();
     (0..4_000u32).filter(|i| !live(*i)).for_each(|i| batch.delete(Bucket::Key, i.to_be_bytes().to_vec()));
     backend.write_in_pieces(batch).expect("delete");
