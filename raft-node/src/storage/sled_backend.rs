@@ -433,7 +433,7 @@ impl Backend for SledBackend {
             info!(generation = old.number, "the store was defragmented while this defragmentation waited");
             return Ok(());
         }
-        if self.apart && old.keeps_values_apart() {
+        if old.keeps_values_apart() {
             match value_gc::collect(&old, &self.writes).map_err(backend_error)? {
                 Collected::Done(report) => {
                     self.defragmented.fetch_add(1, Ordering::AcqRel);
