@@ -150,9 +150,9 @@ impl Generation {
         self.values.as_ref()
     }
 
-    /// Whether new large values of the key bucket go to the value log.
+    /// Whether new large values of the key bucket go to the value log (opening with `apart` opens it).
     pub(crate) fn keeps_values_apart(&self) -> bool {
-        self.apart && self.values.is_some()
+        self.apart
     }
 
     /// Holds back the removal of value segments from a pointer's lookup to its read (see

@@ -131,7 +131,7 @@ pub(crate) fn collect(generation: &Generation, writes: &Mutex<Option<Vec<Ops>>>)
             report.moved_bytes += moved.record_bytes();
             moves.push(key, stored, moved)?;
         }
-        moves.finish()?;
+        moves.write()?;
     }
     report.move_time = moving.elapsed();
     // The tree on disk must name none of the doomed segments before they go.
@@ -201,9 +201,5 @@ impl Moves<'_> {
             }
         }
         self.generation.tree.apply_batch(batch)
-    }
-
-    fn finish(&mut self) -> Result<(), sled::Error> {
-        self.write()
     }
 }
