@@ -19,7 +19,7 @@ const ROWS: [&str; 11] = [
     "RSS MB right after that load",
     "RSS MB after compaction (before defrag)",
     "RSS MB after compaction and defrag of it",
-    "Compaction RPC (all but the last revision), s to answer",
+    "Compaction RPC (all but the last revision), ms to answer",
     "Defragment RPC, s to answer",
     "slowest put of a concurrent writer during compaction, ms",
     "slowest put of a concurrent writer during defrag, ms",

@@ -4,8 +4,8 @@
 //! key index is compacted afterwards in steps of [`STEP_KEYS`] keys, each under the store's write lock
 //! for about a millisecond: one step after every commit, and more from whoever drives
 //! [`MvccStore::compact_index_step`] while [`MvccStore::index_compaction_pending`] (raft-node's
-//! `index_compaction` task, when no writes come to commit). Compacting every key at once held apply,
-//! and so every write, for ~30 ms per 200k keys.
+//! `index_compaction` task, which also commits once [`MvccStore::index_compaction_awaits_commit`]).
+//! Compacting every key at once held apply, and so every write, for ~30 ms per 200k keys.
 //!
 //! Reads need no step done: a read at or after the compacted revision sees the same through a key's
 //! compacted revisions as through its whole history. The hashes ask the index what a finished
@@ -48,6 +48,12 @@ impl MvccStore {
     /// Whether the key index's compaction has steps left.
     pub fn index_compaction_pending(&self) -> bool {
         self.index_compaction.is_some()
+    }
+
+    /// Whether every key of the key index's compaction is done and only a commit of the compaction is
+    /// missing for the freed revisions to go to the compactor: applying a compaction does not commit.
+    pub fn index_compaction_awaits_commit(&self) -> bool {
+        self.compaction_staged && self.index_compaction.as_ref().is_some_and(|job| job.from.is_none())
     }
 
     /// Compacts the next [`STEP_KEYS`] keys of the index; once every key is done and the compaction is

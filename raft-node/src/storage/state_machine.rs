@@ -128,13 +128,13 @@ impl StateMachine {
         }
         // Like etcd's backend, commit every so often rather than per apply: the log holds every
         // applied entry until a snapshot (which commits first) lets it go, and a restart applies
-        // again whatever came after the committed applied id. A compaction commits at once: its
-        // deletions start only then, as soon as etcd's would (a defrag that follows gets the space).
+        // again whatever came after the committed applied id. A compaction is no exception: its
+        // answer waits for no commit; the key index's compaction commits it once its steps are done
+        // (`crate::index_compaction`), when its deletions can start.
         let now = Instant::now();
         if store.staged_writes() >= COMMIT_WRITES
             || store.staged_bytes() >= COMMIT_BYTES
             || now.duration_since(self.committed_at) >= COMMIT_INTERVAL
-            || store.compaction_staged()
         {
             store.commit().map_err(|e| write_err(&e))?;
             crate::metrics::metrics().backend_commit.observe(now.elapsed());

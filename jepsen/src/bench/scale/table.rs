@@ -76,9 +76,9 @@ fn probes(first: &TargetResult) -> Vec<Probe> {
         ),
         probe("RSS MB after compaction and defrag of it".into(), |r| r.maintenance.rss_bytes as f64 / MB, 0),
         probe(
-            "Compaction RPC (all but the last revision), s to answer".into(),
-            |r| r.maintenance.compaction_rpc_secs,
-            3,
+            "Compaction RPC (all but the last revision), ms to answer".into(),
+            |r| r.maintenance.compaction_rpc_secs * 1000.0,
+            1,
         ),
         probe("Defragment RPC, s to answer".into(), |r| r.maintenance.defrag_rpc_secs, 3),
         probe(
@@ -236,7 +236,7 @@ mod tests {
             ["1000 watchers (10 streams x 100), member RSS MB", "100", "200", "2.00"]
         );
         assert_eq!(cells(&table, "load 4000 puts of 1024 B (2000 keys)")[1..], ["900", "900", "1.00"]);
-        assert_eq!(cells(&table, "Compaction RPC")[1..], ["0.250", "0.500", "2.00"]);
+        assert_eq!(cells(&table, "Compaction RPC")[1..], ["250.0", "500.0", "2.00"]);
         assert_eq!(cells(&table, "slowest put of a concurrent writer during defrag")[1..], ["0.0", "0.0", "-"]);
         assert_eq!(cells(&table, "slow consumer: puts/s of 1024 B for 10 s")[1..], ["3000", "3000", "1.00"]);
         assert_eq!(cells(&table, "RSS growth MB over those puts")[1..], ["-10", "-20", "2.00"]);
