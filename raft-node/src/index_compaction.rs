@@ -19,6 +19,8 @@ const BETWEEN_STEPS: Duration = Duration::from_millis(1);
 pub async fn run(store: SharedStore) {
     let started = store.read().index_compaction_started();
     loop {
+        // The compaction's answer goes out first: a member on one thread would hold it for the step.
+        tokio::time::sleep(BETWEEN_STEPS).await;
         while store.read().index_compaction_pending() {
             if !step(&store) {
                 break;
