@@ -246,8 +246,9 @@ pub(crate) struct KeyWatch {
 impl KeyWatch {
     fn open(hub: Arc<WatchHub>, store: SharedStore, range: WatchRange, from: i64) -> Self {
         let inbox = Inbox::new();
-        let registered = hub.register(range.clone(), from, inbox.clone());
-        Self { hub, store, range, inbox, key: registered.key, synced: registered.synced, next_rev: registered.start }
+        let registered = hub.register(range, from, inbox.clone(), 0);
+        let (key, synced, next_rev) = (registered.key, registered.synced, registered.start);
+        Self { hub, store, range: registered.range, inbox, key, synced, next_rev }
     }
 
     /// The next events of the range, in revision order (never empty). Fails when the member stops, or

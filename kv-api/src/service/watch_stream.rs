@@ -8,7 +8,7 @@
 //! never behind an event already sent, because a catch-up reads no further than the hub has announced and
 //! a progress notification uses the revision of a drain made after it.
 
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::collections::{BTreeMap, BTreeSet};
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
@@ -23,8 +23,8 @@ use tracing::debug;
 use crate::consensus::Consensus;
 use crate::error::Error;
 use crate::store::SharedStore;
-use crate::watch::hub::{mod_revision, Inbox, WatchHub, WatchRange, WatcherKey};
-use crate::watch::watcher::{by_revision, fill_prev_kv, fragments, truncate_batch, Watcher, CATCH_UP_REVISIONS};
+use crate::watch::hub::{mod_revision, Inbox, WatchHub, WatchRange};
+use crate::watch::watcher::{by_revision, fill_prev_kv, fragments, truncate_batch, Watcher};
 use crate::watch::WatchConfig;
 
 /// Bytes of events per catch-up response, beyond which it ends at a revision boundary (etcd has no such
@@ -69,8 +69,8 @@ pub(crate) struct WatchStream<C> {
     out: mpsc::Sender<Result<pb::WatchResponse, Status>>,
     /// Resolves when the server ends the stream (shutdown, leader lost).
     end: EndFuture,
+    /// By watch id (the hub's drains name them by it, see [`WatchHub::register`]).
     watchers: BTreeMap<i64, Watcher>,
-    ids: HashMap<WatcherKey, i64>,
     /// The ids of the watchers that are not synced (they catch up from the store), so that a wake-up
     /// never looks at every watcher.
     unsynced: BTreeSet<i64>,
@@ -103,7 +103,6 @@ impl<C: Consensus> WatchStream<C> {
             out,
             end,
             watchers: BTreeMap::new(),
-            ids: HashMap::new(),
             unsynced: BTreeSet::new(),
             next_id: 0,
             progress_requested: false,
@@ -218,9 +217,8 @@ impl<C: Consensus> WatchStream<C> {
         } else {
             create.watch_id
         };
-        let registered = self.hub.register(range.clone(), create.start_revision, self.inbox.clone());
-        let watcher = Watcher::new(id, registered.key, &create, range, registered.start, registered.synced);
-        self.ids.insert(registered.key, id);
+        let registered = self.hub.register(range, create.start_revision, self.inbox.clone(), id);
+        let watcher = Watcher::new(registered.key, &create, registered.range, registered.start, registered.synced);
         if !registered.synced {
             self.unsynced.insert(id);
         }
@@ -251,7 +249,6 @@ impl<C: Consensus> WatchStream<C> {
 
     fn remove(&mut self, id: i64) -> Option<Watcher> {
         let watcher = self.watchers.remove(&id)?;
-        self.ids.remove(&watcher.key);
         self.unsynced.remove(&id);
         self.hub.unregister(watcher.key);
         Some(watcher)
@@ -283,27 +280,28 @@ impl<C: Consensus> WatchStream<C> {
     async fn drain(&mut self) -> Result<i64, End> {
         let (revision, drained) = self.hub.drain(&self.inbox);
         for (key, drained) in drained {
-            let Some(watcher) = self.ids.get(&key).and_then(|id| self.watchers.get_mut(id)) else {
+            // Its tag is its watch id; an id taken again since names another key.
+            let id = drained.tag;
+            let Some(watcher) = self.watchers.get_mut(&id).filter(|watcher| watcher.key == key) else {
                 continue;
             };
             let mut events = watcher.select(drained.events.iter().map(|e| &**e));
             watcher.synced = drained.synced;
             if drained.synced {
-                self.unsynced.remove(&watcher.id);
+                self.unsynced.remove(&id);
             } else {
-                self.unsynced.insert(watcher.id);
+                self.unsynced.insert(id);
             }
             if drained.synced {
                 watcher.next_rev = watcher.next_rev.max(revision + 1);
             } else if let Some(from) = drained.resume_from {
-                debug!(watch_id = watcher.id, from, "watcher fell behind; catching up from the store");
+                debug!(watch_id = id, from, "watcher fell behind; catching up from the store");
                 watcher.next_rev = watcher.next_rev.max(from);
             }
             if events.is_empty() {
                 continue;
             }
-            let id = watcher.id;
-            if watcher.prev_kv {
+            if watcher.prev_kv() {
                 fill_prev_kv(&self.store.read(), &mut events);
             }
             for group in by_revision(events) {
@@ -321,7 +319,7 @@ impl<C: Consensus> WatchStream<C> {
             return Ok(());
         };
         let (range, after, prev_kv, key, window) =
-            (watcher.range.clone(), watcher.next_rev - 1, watcher.prev_kv, watcher.key, watcher.catch_up_window);
+            (watcher.range.clone(), watcher.next_rev - 1, watcher.prev_kv(), watcher.key, watcher.catch_up_window());
         // Read no further than the hub announced, so that later progress revisions cover every event sent.
         let announced = self.hub.revision();
         let store = self.store.clone();
@@ -353,8 +351,7 @@ impl<C: Consensus> WatchStream<C> {
         };
         let events = watcher.select(&events);
         // Large revisions: read fewer next time rather than reading much and sending little.
-        watcher.catch_up_window =
-            if truncated { ((upto - after) * 2).max(1) } else { (window * 2).min(CATCH_UP_REVISIONS) };
+        watcher.set_catch_up_window(if truncated { (upto - after) * 2 } else { window * 2 });
         watcher.next_rev = watcher.next_rev.max(upto + 1);
         if upto >= announced && self.hub.try_sync(key, upto) {
             watcher.synced = true;
@@ -385,9 +382,9 @@ impl<C: Consensus> WatchStream<C> {
     /// since the last tick, an empty response with the current revision.
     async fn timed_progress(&mut self) -> Result<(), End> {
         let revision = self.drain().await?;
-        let due: Vec<i64> =
-            self.watchers.values().filter(|w| w.progress_notify && w.progress_due && w.synced).map(|w| w.id).collect();
-        for watcher in self.watchers.values_mut().filter(|w| w.progress_notify) {
+        let wants = |w: &Watcher| w.progress_notify() && w.progress_due && w.synced;
+        let due: Vec<i64> = self.watchers.iter().filter(|(_, w)| wants(w)).map(|(id, _)| *id).collect();
+        for watcher in self.watchers.values_mut().filter(|w| w.progress_notify()) {
             watcher.progress_due = true;
         }
         if revision < self.sent_rev {
@@ -408,7 +405,7 @@ impl<C: Consensus> WatchStream<C> {
             return Ok(());
         };
         watcher.progress_due = false;
-        let fragment = watcher.fragment;
+        let fragment = watcher.fragment();
         if let Some(last) = events.last() {
             self.sent_rev = self.sent_rev.max(mod_revision(last));
         }

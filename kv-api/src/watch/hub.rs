@@ -26,44 +26,11 @@ use parking_lot::Mutex;
 use proto::mvccpb::Event;
 use tokio::sync::{watch, Notify};
 
-use crate::index::KeyRange;
+use super::range::SingleKey;
+pub use super::range::WatchRange;
 
 /// Events buffered per watcher before it falls back to catching up from the store.
 pub const DEFAULT_PENDING_LIMIT: usize = 1024;
-
-/// A watcher's key range (etcd's forms: empty end = one key, `[0]` = from the key on). Its clones share
-/// one allocation: the hub's slot and the stream's watcher both hold it, and with 100k watchers every
-/// byte a watcher takes is 100 kB.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct WatchRange(Arc<Bounds>);
-
-#[derive(Debug, PartialEq, Eq)]
-struct Bounds {
-    key: Box<[u8]>,
-    range_end: Box<[u8]>,
-}
-
-impl WatchRange {
-    pub fn new(key: Vec<u8>, range_end: Vec<u8>) -> Self {
-        Self(Arc::new(Bounds { key: key.into_boxed_slice(), range_end: range_end.into_boxed_slice() }))
-    }
-
-    pub fn key(&self) -> &[u8] {
-        &self.0.key
-    }
-
-    pub fn range_end(&self) -> &[u8] {
-        &self.0.range_end
-    }
-
-    pub fn as_key_range(&self) -> KeyRange<'_> {
-        KeyRange::new(self.key(), self.range_end())
-    }
-
-    pub fn contains(&self, key: &[u8]) -> bool {
-        self.as_key_range().contains(key)
-    }
-}
 
 /// The hub's handle on one watcher (unique in the member, unlike the client's watch id).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -79,6 +46,8 @@ impl WatcherKey {
 /// What a stream learns about one of its watchers when it drains the hub.
 #[derive(Debug, Default)]
 pub struct Drained {
+    /// The owner's name for the watcher, given at registration (a stream's watch id).
+    pub tag: i64,
     /// Buffered events, in revision order, each revision complete.
     pub events: Vec<Arc<Event>>,
     /// Synced: with `events`, the watcher has everything up to the drain's revision. Unsynced: its stream
@@ -124,6 +93,8 @@ struct Slot {
     range: WatchRange,
     /// The owner's inbox.
     inbox: Arc<Inbox>,
+    /// The owner's name for it (its owner then needs no table from keys to its own names).
+    tag: i64,
     /// On the inbox's list (until the owner drains it). Invariant: a watcher with pending events or an
     /// unreported loss of sync (`lost_from > 0`) is queued.
     queued: bool,
@@ -142,7 +113,8 @@ struct HubState {
     slots: HashMap<WatcherKey, Slot>,
     /// Single-key watchers by key; the others are scanned (watchers of a range are few in practice:
     /// kube-apiserver has one prefix watcher per resource type).
-    by_key: HashMap<Vec<u8>, Vec<WatcherKey>>,
+    /// watchers of the same key share its range (the first one's).
+    by_key: HashMap<SingleKey, Vec<WatcherKey>>,
     ranges: Vec<WatcherKey>,
 }
 
@@ -222,24 +194,29 @@ impl WatchHub {
         })
     }
 
-    /// Registers a watcher of `range` whose first wanted revision is `start` (0: the next one). Returns its
-    /// key, the hub's revision at registration, the first revision it will get and whether it is synced
-    /// (otherwise its stream catches up from the store).
-    pub fn register(&self, range: WatchRange, start: i64, inbox: Arc<Inbox>) -> Registered {
+    /// Registers a watcher of `range` whose first wanted revision is `start` (0: the next one), which its
+    /// owner calls `tag` (drains name it so). Returns its
+    /// key, the hub's revision at registration, the first revision it will get, whether it is synced
+    /// (otherwise its stream catches up from the store), and the range to keep (see [`Registered`]).
+    pub fn register(&self, range: WatchRange, start: i64, inbox: Arc<Inbox>, tag: i64) -> Registered {
         let mut state = self.state.lock();
         let revision = state.notified;
         let start = if start == 0 { revision + 1 } else { start };
         let synced = start > revision;
         let key = WatcherKey(state.next_key);
         state.next_key += 1;
-        if range.range_end().is_empty() {
-            state.by_key.entry(range.key().to_vec()).or_default().push(key);
+        let range = if range.range_end().is_empty() {
+            let shared = state.by_key.get_key_value(range.key()).map_or(range, |(single, _)| single.0.clone());
+            state.by_key.entry(SingleKey(shared.clone())).or_default().push(key);
+            shared
         } else {
             state.ranges.push(key);
-        }
-        state.slots.insert(key, Slot { range, inbox, queued: false, synced, lost_from: 0, pending: Vec::new() });
+            range
+        };
+        let slot = Slot { range: range.clone(), inbox, tag, queued: false, synced, lost_from: 0, pending: Vec::new() };
+        state.slots.insert(key, slot);
         crate::stats::WATCHERS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        Registered { key, revision, start, synced }
+        Registered { key, revision, start, synced, range }
     }
 
     /// Forgets a watcher and its buffered events.
@@ -321,7 +298,7 @@ impl WatchHub {
                 let events = std::mem::take(&mut slot.pending);
                 let lost_from = std::mem::take(&mut slot.lost_from);
                 let resume_from = (!slot.synced && lost_from > 0).then_some(lost_from);
-                Some((key, Drained { events, synced: slot.synced, resume_from }))
+                Some((key, Drained { tag: slot.tag, events, synced: slot.synced, resume_from }))
             })
             .collect();
         (state.notified, drained)
@@ -356,9 +333,11 @@ impl WatchHub {
 }
 
 /// The outcome of [`WatchHub::register`].
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Registered {
     pub key: WatcherKey,
+    /// The range the watcher holds: the one registered, or an equal one the hub already held.
+    pub range: WatchRange,
     /// The hub's revision when the watcher was registered (the `created` response's header revision).
     pub revision: i64,
     /// The first revision the watcher wants.
@@ -399,198 +378,5 @@ pub(crate) fn mod_revision(event: &Event) -> i64 {
 }
 
 #[cfg(test)]
-mod tests {
-    use proto::mvccpb::event::EventType;
-    use proto::mvccpb::KeyValue;
-
-    use super::*;
-
-    fn put(key: &str, rev: i64) -> Event {
-        Event {
-            r#type: EventType::Put as i32,
-            kv: Some(KeyValue {
-                key: key.as_bytes().to_vec(),
-                mod_revision: rev,
-                create_revision: rev,
-                version: 1,
-                ..Default::default()
-            }),
-            prev_kv: None,
-        }
-    }
-
-    fn keys_and_revs(drained: &Drained) -> Vec<(String, i64)> {
-        drained
-            .events
-            .iter()
-            .map(|e| {
-                let kv = e.kv.as_ref().expect("kv");
-                (String::from_utf8_lossy(&kv.key).into_owned(), kv.mod_revision)
-            })
-            .collect()
-    }
-
-    /// A drain with the watchers in registration order (the inbox lists them in the order news came).
-    fn drain_sorted(hub: &WatchHub, inbox: &Inbox) -> (i64, Vec<(WatcherKey, Drained)>) {
-        let (rev, mut drained) = hub.drain(inbox);
-        drained.sort_by_key(|(key, _)| *key);
-        (rev, drained)
-    }
-
-    fn range(key: &str, end: &str) -> WatchRange {
-        WatchRange::new(key.as_bytes().to_vec(), end.as_bytes().to_vec())
-    }
-
-    /// The stream's watcher and the hub's slot share one range, its key allocated once: with 100k
-    /// watchers, a copy each took 13 MB more (68 MB against 55-56 in `jepsen bench --scale`).
-    #[test]
-    fn a_range_is_held_once_by_the_hub_and_its_stream() {
-        let hub = WatchHub::new(1);
-        let watched = range("a", "b");
-        let registered = hub.register(watched.clone(), 0, Inbox::new());
-        assert_eq!(Arc::strong_count(&watched.0), 2, "the caller's and the hub's");
-        let state = hub.state.lock();
-        let held = &state.slots[&registered.key].range;
-        assert!(std::ptr::eq(held.key().as_ptr(), watched.key().as_ptr()));
-        drop(state);
-        hub.unregister(registered.key);
-        assert_eq!(Arc::strong_count(&watched.0), 1);
-    }
-
-    #[test]
-    fn events_reach_the_watchers_whose_range_holds_them() {
-        let hub = WatchHub::new(1);
-        let inbox = Inbox::new();
-        let single = hub.register(range("a", ""), 0, inbox.clone());
-        let prefix = hub.register(range("a", "b"), 0, inbox.clone());
-        let from_key = hub.register(range("b", "\0"), 0, inbox.clone());
-        assert!(single.synced && prefix.synced && from_key.synced);
-        assert_eq!((single.revision, single.start), (1, 2));
-        hub.notify(3, vec![put("a", 2), put("ab", 3), put("c", 3)]);
-        let (rev, drained) = drain_sorted(&hub, &inbox);
-        assert_eq!(rev, 3);
-        let got: Vec<_> = drained.iter().map(|(_, d)| keys_and_revs(d)).collect();
-        let want =
-            [vec![("a".to_string(), 2)], vec![("a".to_string(), 2), ("ab".to_string(), 3)], vec![("c".to_string(), 3)]];
-        assert_eq!(got, want);
-        assert!(drained.iter().all(|(_, d)| d.synced && d.resume_from.is_none()));
-        // Drained buffers are empty; an unregistered watcher gets nothing more.
-        hub.unregister(single.key);
-        hub.notify(4, vec![put("a", 4)]);
-        let (_, drained) = drain_sorted(&hub, &inbox);
-        assert_eq!(drained.len(), 1);
-        assert_eq!(drained[0].0, prefix.key);
-        assert_eq!(keys_and_revs(&drained[0].1), vec![("a".to_string(), 4)]);
-    }
-
-    #[test]
-    fn the_tables_give_back_their_room_once_most_watchers_are_gone() {
-        let hub = WatchHub::new(1);
-        let inbox = Inbox::new();
-        let registered: Vec<_> = (0..20_000)
-            .map(|i| {
-                // Odd ones watch a range holding only their key, so that they sit in `ranges`.
-                let r =
-                    if i % 2 == 0 { range(&format!("k{i}"), "") } else { range(&format!("k{i}"), &format!("k{i}\0")) };
-                hub.register(r, 0, inbox.clone()).key
-            })
-            .collect();
-        let capacity = |hub: &WatchHub| {
-            let state = hub.state.lock();
-            (state.slots.capacity(), state.by_key.capacity(), state.ranges.capacity())
-        };
-        let full = capacity(&hub);
-        assert!(full.0 >= 20_000 && full.1 >= 10_000 && full.2 >= 10_000, "{full:?}");
-        let (kept, gone) = registered.split_at(100);
-        for key in gone {
-            hub.unregister(*key);
-        }
-        let shrunk = capacity(&hub);
-        assert!(shrunk.0 <= 4 * SHRINK_FLOOR && shrunk.1 <= 4 * SHRINK_FLOOR, "{shrunk:?}");
-        assert!(shrunk.2 <= 4 * SHRINK_FLOOR, "{shrunk:?}");
-        // The watchers left still get their events.
-        hub.notify(2, vec![put("k0", 2), put("k1", 2), put("k100", 2)]);
-        let (_, drained) = drain_sorted(&hub, &inbox);
-        assert!(drained.iter().all(|(key, _)| kept.contains(key)));
-        let got: Vec<_> = drained.iter().flat_map(|(_, d)| keys_and_revs(d)).collect();
-        assert_eq!(got, vec![("k0".to_string(), 2), ("k1".to_string(), 2)]);
-    }
-
-    #[test]
-    fn a_watcher_starting_in_the_past_is_unsynced_until_caught_up() {
-        let hub = WatchHub::new(5);
-        let inbox = Inbox::new();
-        let w = hub.register(range("a", ""), 3, inbox.clone());
-        assert_eq!((w.synced, w.start, w.revision), (false, 3, 5));
-        assert_eq!(hub.backlog(), Backlog { slow_watchers: 1, pending_events: 0, pending_bytes: 0 });
-        hub.notify(6, vec![put("a", 6)]);
-        let (_, drained) = hub.drain(&inbox);
-        assert!(drained.is_empty(), "unsynced watchers get nothing from notify");
-        // A catch-up that read only through 5 is behind notify.
-        assert!(!hub.try_sync(w.key, 5));
-        assert!(hub.try_sync(w.key, 6));
-        assert_eq!(hub.backlog(), Backlog::default());
-        hub.notify(7, vec![put("a", 7)]);
-        // One event of key "a" and no value.
-        assert_eq!(hub.backlog(), Backlog { slow_watchers: 0, pending_events: 1, pending_bytes: 1 });
-        let (_, drained) = hub.drain(&inbox);
-        assert_eq!(keys_and_revs(&drained[0].1), vec![("a".to_string(), 7)]);
-        // A future start is synced at once.
-        let future = hub.register(range("a", ""), 100, Inbox::new());
-        assert_eq!((future.synced, future.start), (true, 100));
-    }
-
-    #[test]
-    fn overflow_keeps_whole_revisions_and_says_where_to_resume() {
-        let hub = WatchHub::with_pending_limit(1, 3);
-        let inbox = Inbox::new();
-        hub.register(range("a", "b"), 0, inbox.clone());
-        hub.notify(3, vec![put("a1", 2), put("a2", 2), put("a1", 3), put("a2", 3)]);
-        hub.notify(4, vec![put("a1", 4)]);
-        let (_, drained) = hub.drain(&inbox);
-        let d = &drained[0].1;
-        assert_eq!(keys_and_revs(d), vec![("a1".to_string(), 2), ("a2".to_string(), 2)]);
-        assert_eq!((d.synced, d.resume_from), (false, Some(3)));
-        // The resume point is reported once; the stream tracks it from then on.
-        let (_, drained) = hub.drain(&inbox);
-        assert!(drained.is_empty());
-    }
-
-    #[test]
-    fn resync_unsyncs_every_watcher_from_the_last_announced_revision() {
-        let hub = WatchHub::new(4);
-        let inbox = Inbox::new();
-        hub.register(range("a", ""), 0, inbox.clone());
-        hub.resync(10);
-        assert_eq!(hub.revision(), 10);
-        let (_, drained) = hub.drain(&inbox);
-        assert_eq!(drained[0].1.resume_from, Some(5));
-    }
-
-    #[test]
-    fn a_drain_takes_only_the_watchers_with_news_each_once() {
-        let hub = WatchHub::new(1);
-        let (inbox, other) = (Inbox::new(), Inbox::new());
-        let watchers: Vec<_> =
-            (0..1000).map(|i| hub.register(range(&format!("k{i}"), ""), 0, inbox.clone()).key).collect();
-        let elsewhere = hub.register(range("k7", ""), 0, other.clone()).key;
-        hub.notify(2, vec![put("k7", 2)]);
-        hub.notify(3, vec![put("k7", 3), put("k9", 3)]);
-        let (rev, drained) = drain_sorted(&hub, &inbox);
-        assert_eq!(rev, 3);
-        let got: Vec<_> = drained.iter().map(|(key, d)| (*key, keys_and_revs(d))).collect();
-        let k = |s: &str, rev| (s.to_string(), rev);
-        assert_eq!(got, vec![(watchers[7], vec![k("k7", 2), k("k7", 3)]), (watchers[9], vec![k("k9", 3)])]);
-        assert!(hub.drain(&inbox).1.is_empty(), "nothing new since");
-        // The other owner's watcher of the same key is on its own inbox.
-        let (_, drained) = hub.drain(&other);
-        assert_eq!(
-            drained.iter().map(|(key, d)| (*key, keys_and_revs(d))).collect::<Vec<_>>(),
-            vec![(elsewhere, vec![k("k7", 2), k("k7", 3)])]
-        );
-        // A watcher unregistered while queued is skipped.
-        hub.notify(4, vec![put("k1", 4)]);
-        hub.unregister(watchers[1]);
-        assert!(hub.drain(&inbox).1.is_empty());
-    }
-}
+#[path = "hub_test.rs"]
+mod tests;

@@ -10,6 +10,7 @@
 //!   progress; `service::watch`: the tonic handler that starts a stream task and watches the leader.
 
 pub mod hub;
+mod range;
 pub(crate) mod watcher;
 
 use std::hash::{BuildHasher, Hasher};

@@ -13,52 +13,79 @@ use crate::store::MvccStore;
 /// etcd's `watchBatchMaxRevs`: the most revisions read from the store per catch-up response.
 pub(crate) const CATCH_UP_REVISIONS: i64 = 1000;
 
-/// A watcher of one stream.
+/// A watcher of one stream (its stream keys it by its watch id). 32 bytes: with 100k watchers each
+/// byte is 100 kB, and the stream's map of them fills allocations of 512 bytes rather than 640 at this
+/// size.
 #[derive(Debug)]
 pub(crate) struct Watcher {
-    /// The client's watch id.
-    pub id: i64,
     pub key: WatcherKey,
     pub range: WatchRange,
-    pub prev_kv: bool,
-    pub fragment: bool,
-    pub progress_notify: bool,
-    no_put: bool,
-    no_delete: bool,
     /// Every event before this revision has been sent (or precedes the start).
     pub next_rev: i64,
+    /// Revisions the next catch-up reads: fewer after a batch was cut for size (at most
+    /// [`CATCH_UP_REVISIONS`]).
+    catch_up_window: u32,
+    /// The create request's options, one bit each (`PREV_KV`, ...).
+    options: u8,
     /// Whether the hub feeds this watcher (otherwise the stream catches it up from the store).
     pub synced: bool,
     /// No events were sent since the last timed progress notification (etcd's `progress[id]`).
     pub progress_due: bool,
-    /// Revisions the next catch-up reads: fewer after a batch was cut for size.
-    pub catch_up_window: i64,
 }
 
+const PREV_KV: u8 = 1;
+const FRAGMENT: u8 = 1 << 1;
+const PROGRESS_NOTIFY: u8 = 1 << 2;
+const NO_PUT: u8 = 1 << 3;
+const NO_DELETE: u8 = 1 << 4;
+
 impl Watcher {
-    pub fn new(
-        id: i64,
-        key: WatcherKey,
-        req: &pb::WatchCreateRequest,
-        range: WatchRange,
-        start: i64,
-        synced: bool,
-    ) -> Self {
+    pub fn new(key: WatcherKey, req: &pb::WatchCreateRequest, range: WatchRange, start: i64, synced: bool) -> Self {
         let has = |f: FilterType| req.filters.contains(&(f as i32));
+        let options = [
+            (req.prev_kv, PREV_KV),
+            (req.fragment, FRAGMENT),
+            (req.progress_notify, PROGRESS_NOTIFY),
+            (has(FilterType::Noput), NO_PUT),
+            (has(FilterType::Nodelete), NO_DELETE),
+        ]
+        .iter()
+        .filter(|(set, _)| *set)
+        .fold(0, |bits, (_, bit)| bits | bit);
         Self {
-            id,
             key,
             range,
-            prev_kv: req.prev_kv,
-            fragment: req.fragment,
-            progress_notify: req.progress_notify,
-            no_put: has(FilterType::Noput),
-            no_delete: has(FilterType::Nodelete),
             next_rev: start,
+            catch_up_window: CATCH_UP_REVISIONS as u32,
+            options,
             synced,
             progress_due: true,
-            catch_up_window: CATCH_UP_REVISIONS,
         }
+    }
+
+    fn has(&self, option: u8) -> bool {
+        self.options & option != 0
+    }
+
+    pub fn prev_kv(&self) -> bool {
+        self.has(PREV_KV)
+    }
+
+    pub fn fragment(&self) -> bool {
+        self.has(FRAGMENT)
+    }
+
+    pub fn progress_notify(&self) -> bool {
+        self.has(PROGRESS_NOTIFY)
+    }
+
+    pub fn catch_up_window(&self) -> i64 {
+        i64::from(self.catch_up_window)
+    }
+
+    /// The next catch-up reads `revisions`, kept between 1 and [`CATCH_UP_REVISIONS`].
+    pub fn set_catch_up_window(&mut self, revisions: i64) {
+        self.catch_up_window = revisions.clamp(1, CATCH_UP_REVISIONS) as u32;
     }
 
     /// The events of `events` this watcher sends: at or after its next revision, and not filtered out.
@@ -67,8 +94,8 @@ impl Watcher {
             .into_iter()
             .filter(|e| mod_revision(e) >= self.next_rev)
             .filter(|e| match EventType::try_from(e.r#type) {
-                Ok(EventType::Put) => !self.no_put,
-                Ok(EventType::Delete) => !self.no_delete,
+                Ok(EventType::Put) => !self.has(NO_PUT),
+                Ok(EventType::Delete) => !self.has(NO_DELETE),
                 Err(_) => true,
             })
             .cloned()
@@ -171,13 +198,33 @@ mod tests {
     fn watcher(filters: &[FilterType], start: i64) -> Watcher {
         let req = pb::WatchCreateRequest { filters: filters.iter().map(|f| *f as i32).collect(), ..Default::default() };
         Watcher::new(
-            0,
             super::super::hub::WatcherKey::for_tests(0),
             &req,
             WatchRange::new(b"a".to_vec(), vec![]),
             start,
             true,
         )
+    }
+
+    /// Every byte of a watcher is 100 kB with 100k of them: the stream's `BTreeMap` of 32-byte watchers
+    /// fills 512-byte nodes (the 48 bytes they took filled 640).
+    #[test]
+    fn a_watcher_takes_32_bytes_and_keeps_its_options() {
+        assert_eq!(std::mem::size_of::<Watcher>(), 32);
+        let req = pb::WatchCreateRequest {
+            prev_kv: true,
+            progress_notify: true,
+            filters: vec![FilterType::Nodelete as i32],
+            ..Default::default()
+        };
+        let range = WatchRange::new(b"a".to_vec(), vec![]);
+        let mut w = Watcher::new(super::super::hub::WatcherKey::for_tests(0), &req, range, 1, true);
+        assert!(w.prev_kv() && w.progress_notify() && !w.fragment());
+        assert_eq!(w.catch_up_window(), CATCH_UP_REVISIONS);
+        w.set_catch_up_window(5_000);
+        assert_eq!(w.catch_up_window(), CATCH_UP_REVISIONS);
+        w.set_catch_up_window(0);
+        assert_eq!(w.catch_up_window(), 1);
     }
 
     #[test]
