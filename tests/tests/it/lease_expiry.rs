@@ -168,6 +168,15 @@ async fn lease_outlives_leader_kill_then_expires_everywhere() -> anyhow::Result<
     let id = client.lease_grant(TTL.as_secs() as i64, None).await?.id();
     let put = client.put(KEY, "v", Some(PutOptions::new().with_lease(id))).await?;
     let put_revision = header(put.header()).revision();
+    // The put is acknowledged once a quorum has it: wait until every member has applied it, or a
+    // lagging survivor would "lose" a key it never had yet (a serializable read of it, below).
+    let applied_by = Instant::now() + Duration::from_secs(5);
+    for i in 0..3 {
+        while local_count(cluster.member(i), KEY).await?.0 != 1 {
+            assert!(Instant::now() < applied_by, "{} did not apply the put in 5 s", cluster.member(i).name());
+            tokio::time::sleep(POLL).await;
+        }
+    }
     cluster.member_mut(leader).kill9()?;
     let killed_at = Instant::now();
     let survivors: Vec<usize> = (0..3).filter(|&i| i != leader).collect();
