@@ -112,8 +112,8 @@ struct HubState {
     next_key: u64,
     slots: HashMap<WatcherKey, Slot>,
     /// Single-key watchers by key; the others are scanned (watchers of a range are few in practice:
-    /// kube-apiserver has one prefix watcher per resource type).
-    /// watchers of the same key share its range (the first one's).
+    /// kube-apiserver has one prefix watcher per resource type). Watchers of the same key share the
+    /// first one's range.
     by_key: HashMap<SingleKey, Vec<WatcherKey>>,
     ranges: Vec<WatcherKey>,
 }

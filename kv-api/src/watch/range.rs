@@ -43,7 +43,8 @@ impl WatchRange {
     }
 
     /// Whether `self` and `other` are the same allocation (not only equal ranges).
-    pub fn shares_with(&self, other: &WatchRange) -> bool {
+    #[cfg(test)]
+    pub(crate) fn shares_with(&self, other: &WatchRange) -> bool {
         Arc::ptr_eq(&self.0, &other.0)
     }
 
