@@ -152,10 +152,13 @@ pub trait Backend: Send + Sync + 'static {
     }
 }
 
+/// The entries of a [`MemBackend`], by bucket and key.
+type MemBuckets = BTreeMap<(Bucket, Vec<u8>), Vec<u8>>;
+
 /// An in-memory [`Backend`] for tests.
 #[derive(Debug, Default)]
 pub struct MemBackend {
-    buckets: RwLock<BTreeMap<(Bucket, Vec<u8>), Vec<u8>>>,
+    buckets: RwLock<MemBuckets>,
 }
 
 impl MemBackend {

@@ -235,16 +235,10 @@ fn committed_only(store: &MvccStore) -> Result<()> {
 /// CRC-32C (Castagnoli), incrementally: a hash reads the whole store, a log or value log checks every
 /// record it reads, so it uses the CPU's CRC instruction where there is one (the `crc32c` crate; a
 /// table of 256 entries a byte at a time took half of a `HashKV`'s time).
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone, Copy, Default)]
 pub struct Crc32c {
     /// The CRC of the bytes so far.
     crc: u32,
-}
-
-impl Default for Crc32c {
-    fn default() -> Self {
-        Self { crc: 0 }
-    }
 }
 
 impl Crc32c {

@@ -64,8 +64,11 @@ struct Open {
     appends: mpsc::UnboundedSender<raftpb::TaggedMessage>,
     next_id: AtomicU64,
     /// `None` once the stream ended: nothing more is awaited on it.
-    awaited: Mutex<Option<HashMap<u64, oneshot::Sender<Result<Vec<u8>, Status>>>>>,
+    awaited: Mutex<Option<HashMap<u64, Answer>>>,
 }
+
+/// Where the answer to one append goes: its encoded response, or the stream's failure.
+type Answer = oneshot::Sender<Result<Vec<u8>, Status>>;
 
 impl AppendStream {
     /// Sends `payload`, an encoded append, on the stream and waits up to `ttl` for its answer; or, while

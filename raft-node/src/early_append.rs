@@ -139,15 +139,19 @@ impl EarlyAppends {
     }
 
     /// The log store appended `entries` after the entry `prev` and is about to flush them: when they are
-    /// this member's own as leader, they go to every follower whose replication is up to `prev`.
-    pub fn offer(&self, prev: Option<LogId>, entries: &[Entry]) {
-        let Some(vote) = *self.inner.vote.lock() else { return };
-        let (Some(first), Some(last)) = (entries.first(), entries.last()) else { return };
+    /// this member's own as leader, they go to every follower whose replication is up to `prev`. Answers
+    /// whether they are (a follower's appends are not).
+    pub fn offer(&self, prev: Option<LogId>, entries: &[Entry]) -> bool {
+        let Some(vote) = *self.inner.vote.lock() else { return false };
+        let (Some(first), Some(last)) = (entries.first(), entries.last()) else { return false };
         let own = vote.committed
             && vote.leader_id.voted_for() == Some(self.inner.me)
             && entries.iter().all(|entry| entry.log_id.leader_id == vote.leader_id);
-        if !own || first.log_id.index != index_after(prev) {
-            return;
+        if !own {
+            return false;
+        }
+        if first.log_id.index != index_after(prev) {
+            return true;
         }
         let mut followers = self.inner.followers.lock();
         let mut batch = None;
@@ -180,6 +184,7 @@ impl EarlyAppends {
             follower.pending.push_back(Pending { after: index_after(prev), last: last.log_id.index, commit, taken });
             follower.sent = Some(last.log_id);
         }
+        true
     }
 
     /// An early send to `target` of this vote that carried the last entry of `rpc`, to wait on instead of

@@ -99,18 +99,18 @@ async fn the_leaders_own_append_goes_early_and_answers_openraft_s() {
 async fn only_a_leaders_own_entries_after_what_the_follower_holds_go_early() {
     let peer = Peer::new(100);
     let (early, _) = leading(&peer, true);
-    // Not after index 4, which the follower holds.
-    early.offer(Some(entry(3, ME, 5).log_id), &[entry(3, ME, 6)]);
+    // Not after index 4, which the follower holds (the leader's own entries all the same).
+    assert!(early.offer(Some(entry(3, ME, 5).log_id), &[entry(3, ME, 6)]));
     // Not contiguous with the previous entry named.
-    early.offer(Some(entry(3, ME, 4).log_id), &[entry(3, ME, 6)]);
-    // Entries of an earlier leadership, or of another leader.
-    early.offer(Some(entry(3, ME, 4).log_id), &[entry(2, ME, 5)]);
-    early.offer(Some(entry(3, ME, 4).log_id), &[entry(3, PEER, 5)]);
-    // A vote not yet granted, and a vote for another member.
+    assert!(early.offer(Some(entry(3, ME, 4).log_id), &[entry(3, ME, 6)]));
+    // Entries of an earlier leadership, or of another leader: not its own.
+    assert!(!early.offer(Some(entry(3, ME, 4).log_id), &[entry(2, ME, 5)]));
+    assert!(!early.offer(Some(entry(3, ME, 4).log_id), &[entry(3, PEER, 5)]));
+    // A vote not yet granted, and a vote for another member (a follower's appends).
     early.saved_vote(Vote::new(3, ME));
-    early.offer(Some(entry(3, ME, 4).log_id), &[entry(3, ME, 5)]);
+    assert!(!early.offer(Some(entry(3, ME, 4).log_id), &[entry(3, ME, 5)]));
     early.saved_vote(Vote::new_committed(3, PEER));
-    early.offer(Some(entry(3, ME, 4).log_id), &[entry(3, PEER, 5)]);
+    assert!(!early.offer(Some(entry(3, ME, 4).log_id), &[entry(3, PEER, 5)]));
     tokio::task::yield_now().await;
     assert_eq!(peer.appends(), vec![]);
 }

@@ -12,7 +12,8 @@
 //! and their clients, that churn was most of what a put cost. Counted with `perf stat` during a lone
 //! client's puts (three members on loopback): 12.5 futex calls and 15 context switches per put on each
 //! follower, 21 on the leader, 57 % of all CPU in the kernel. On one thread a hop is a plain task switch;
-//! only blocking work leaves it ([`blocking`]: the log's syncs, roll-overs, truncations and purges;
+//! only blocking work leaves it ([`blocking`]: the leader's log syncs (a follower's quick ones stay, see
+//! `storage::sync_place`), roll-overs, truncations and purges;
 //! reads of many keys, hashes and bcrypt were already handed to the blocking pool). Measured by `jepsen bench --target ours --host-network`,
 //! alternating fresh clusters (members' CPU per put, 3 rounds each): put-1 1,406–1,724 µs on two workers
 //! against 1,301–1,365 on one thread, and 816 → 889 puts/s at the medians; put-100 113–130 → 95–118 µs.

@@ -16,14 +16,17 @@ use std::ops::{Bound, RangeBounds};
 use std::path::Path;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
+use std::time::Instant;
 
 use openraft::storage::{LogFlushed, LogState, RaftLogStorage};
 use openraft::{EntryPayload, RaftLogReader, StorageIOError};
 use parking_lot::Mutex;
 use serde::de::DeserializeOwned;
 use serde::Serialize;
+use tokio::runtime::{Handle, RuntimeFlavor};
 
 use crate::early_append::EarlyAppends;
+use crate::storage::sync_place::SyncPlace;
 use crate::storage::wal::Wal;
 use crate::storage::{decode, encode, log_pieces};
 use crate::typ::{Commands, Entry, LogId, StorageError, TypeConfig, Vote};
@@ -53,6 +56,8 @@ pub struct LogStore {
     no_fsync: bool,
     /// Where the leader's own appends go to followers before they are flushed (`early_append`).
     early: Option<EarlyAppends>,
+    /// Where an append's sync runs (in the appending task or on the blocking pool).
+    sync_place: Arc<SyncPlace>,
     /// Whether this handle is a replication stream's reader, which leaves the middle of long reads
     /// outside the tail unread (see [`LogStore::limited_get_log_entries`]).
     replication_reader: bool,
@@ -151,6 +156,7 @@ impl LogStore {
             appended: Arc::default(),
             no_fsync: false,
             early: None,
+            sync_place: Arc::default(),
             replication_reader: false,
         };
         log.move_legacy_entries()?;
@@ -341,13 +347,29 @@ impl LogStore {
         crate::runtime::blocking(move || db.flush().map(|_| ())).await.map_err(sled::Error::Io)?
     }
 
-    /// Syncs `files` (appended segments), off the runtime's other tasks (see
-    /// [`crate::runtime::blocking`]): on a single-threaded runtime the leader's early sends go out meanwhile.
-    async fn sync(&self, files: Vec<Arc<File>>) -> io::Result<()> {
+    /// Syncs `files` (appended segments): off the runtime's other tasks (see
+    /// [`crate::runtime::blocking`]) for the leader's `own` entries, so that on a single-threaded
+    /// runtime its early sends go out meanwhile, and a follower's in place while its syncs are quick
+    /// ([`SyncPlace`]).
+    async fn sync(&self, files: Vec<Arc<File>>, own: bool) -> io::Result<()> {
         if self.no_fsync || files.is_empty() {
             return Ok(());
         }
-        crate::runtime::blocking(move || sync_files(&files)).await?
+        let one_thread = Handle::current().runtime_flavor() == RuntimeFlavor::CurrentThread;
+        if one_thread && self.sync_place.here(own) {
+            let started = Instant::now();
+            let synced = sync_files(&files);
+            self.sync_place.synced(started);
+            return synced;
+        }
+        let place = self.sync_place.clone();
+        crate::runtime::blocking(move || {
+            let started = Instant::now();
+            let synced = sync_files(&files);
+            place.synced(started);
+            synced
+        })
+        .await?
     }
 
     /// Keeps written `entries` (`records`, their encodings) in the tail and counts their bytes.
@@ -488,10 +510,12 @@ impl RaftLogStorage<TypeConfig> for LogStore {
         I::IntoIter: Send,
     {
         let entries: Vec<Entry> = entries.into_iter().collect();
+        // Whether they are the leader's own entries, which go to its followers now, while it writes and
+        // flushes them.
+        let mut own = false;
         if let Some(early) = &self.early {
-            // The leader's own entries go to its followers now, while it writes and flushes them.
             let prev = self.tail.lock().back().map(|entry| entry.log_id);
-            early.offer(prev, &entries);
+            own = early.offer(prev, &entries);
         }
         let mut records = Vec::with_capacity(entries.len());
         for entry in &entries {
@@ -513,7 +537,7 @@ impl RaftLogStorage<TypeConfig> for LogStore {
             match self.wal.append(&records, !self.no_fsync) {
                 Ok(files) => {
                     self.keep(entries, &records);
-                    self.sync(files).await
+                    self.sync(files, own).await
                 }
                 Err(e) => Err(e),
             }

@@ -11,6 +11,7 @@
 //! - [`value_log`]: the store's large values in segment files beside its tree
 //!   (`--experimental-values-apart`).
 //! - [`wal`]: the Raft log's entries in segment files, appended and synced by the appending task.
+//! - [`sync_place`]: whether an append's sync runs in the appending task or on the blocking pool.
 //! - [`log_pieces`]: the Raft log as earlier builds kept it in sled, read once to move it into [`wal`].
 //! - [`log_store`]: [`LogStore`], the Raft log ([`wal`]), vote, committed and purged ids (`raft_state`).
 //! - [`state_machine`]: [`StateMachine`], applying committed entries to the MVCC store, and snapshots.
@@ -61,6 +62,7 @@ pub mod sled_backend;
 pub mod snapshot;
 pub mod snapshot_file;
 pub mod state_machine;
+pub(crate) mod sync_place;
 pub(crate) mod value_gc;
 pub(crate) mod value_log;
 pub(crate) mod wal;
