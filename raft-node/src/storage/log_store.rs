@@ -16,7 +16,6 @@ use std::ops::{Bound, RangeBounds};
 use std::path::Path;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
-use std::time::Instant;
 
 use openraft::storage::{LogFlushed, LogState, RaftLogStorage};
 use openraft::{EntryPayload, RaftLogReader, StorageIOError};
@@ -357,19 +356,10 @@ impl LogStore {
         }
         let one_thread = Handle::current().runtime_flavor() == RuntimeFlavor::CurrentThread;
         if one_thread && self.sync_place.here(own) {
-            let started = Instant::now();
-            let synced = sync_files(&files);
-            self.sync_place.synced(started);
-            return synced;
+            return self.sync_place.timed(|| sync_files(&files));
         }
         let place = self.sync_place.clone();
-        crate::runtime::blocking(move || {
-            let started = Instant::now();
-            let synced = sync_files(&files);
-            place.synced(started);
-            synced
-        })
-        .await?
+        crate::runtime::blocking(move || place.timed(|| sync_files(&files))).await?
     }
 
     /// Keeps written `entries` (`records`, their encodings) in the tail and counts their bytes.

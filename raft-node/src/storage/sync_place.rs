@@ -43,8 +43,16 @@ impl SyncPlace {
         !own && micros_since_epoch(Instant::now()) >= self.pool_until.load(Ordering::Relaxed)
     }
 
+    /// Runs `sync` and notes how long it took.
+    pub(crate) fn timed<T>(&self, sync: impl FnOnce() -> T) -> T {
+        let started = Instant::now();
+        let synced = sync();
+        self.synced(started);
+        synced
+    }
+
     /// A sync that started at `started` has just ended.
-    pub(crate) fn synced(&self, started: Instant) {
+    fn synced(&self, started: Instant) {
         let now = Instant::now();
         if now.duration_since(started) >= SLOW {
             self.pool_until.fetch_max(micros_since_epoch(now + POOL_FOR), Ordering::Relaxed);
