@@ -81,7 +81,9 @@ impl AppendStream {
             Some(awaited) => awaited.insert(id, answer_tx),
             None => return Sent::NotOpen(payload),
         };
-        if let Err(unsent) = open.appends.send(raftpb::TaggedMessage { id, payload, error: String::new() }) {
+        if let Err(unsent) =
+            open.appends.send(raftpb::TaggedMessage { id, payload, error: String::new(), unanswered: false })
+        {
             open.forget(id);
             return Sent::NotOpen(unsent.0.payload);
         }
@@ -95,6 +97,18 @@ impl AppendStream {
         };
         drop(awaiting);
         Sent::Answered(answered)
+    }
+
+    /// Sends `payload`, an encoded append, on the stream, asking the peer for no answer (one it sends all
+    /// the same, at an older version, is ignored: its id is not awaited); or, while no stream is open,
+    /// gives it back (and opens one on `client`'s connection in the background).
+    pub(crate) fn send_unanswered(&self, client: &RaftPeerClient<Channel>, payload: Vec<u8>) -> Result<(), Vec<u8>> {
+        let Some(open) = self.open_or_start(client) else { return Err(payload) };
+        let id = open.next_id.fetch_add(1, Relaxed);
+        let append = raftpb::TaggedMessage { id, payload, error: String::new(), unanswered: true };
+        open.appends.send(append).map_err(|unsent| unsent.0.payload)?;
+        crate::metrics::metrics().peer_stream_appends.fetch_add(1, Relaxed);
+        Ok(())
     }
 
     /// The open stream, or `None` after starting to open one (unless one is opening, or failed lately).

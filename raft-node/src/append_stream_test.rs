@@ -39,7 +39,7 @@ impl RaftPeer for Peer {
         tokio::spawn(async move {
             let answer = |append: raftpb::TaggedMessage| {
                 let payload = append.payload.iter().rev().copied().collect();
-                Ok(raftpb::TaggedMessage { id: append.id, payload, error: String::new() })
+                Ok(raftpb::TaggedMessage { id: append.id, payload, error: String::new(), unanswered: false })
             };
             while let Ok(Some(first)) = appends.message().await {
                 if matches!(peer, Peer::Ends) {

@@ -41,6 +41,8 @@ pub struct Metrics {
     pub early_answers: AtomicU64,
     /// Commit indexes sent alone after an append answered by an early one (`network`).
     pub early_commit_notices: AtomicU64,
+    /// Commit notices of openraft's replication sent without awaiting an answer (`network`).
+    pub commit_notices_unanswered: AtomicU64,
     /// RPCs to a peer moved to its other connection after one ran out of time (`network`).
     pub peer_lane_switches: AtomicU64,
     /// Append streams opened to peers (`append_stream`), and the appends sent on them.
@@ -77,6 +79,7 @@ pub fn metrics() -> &'static Metrics {
         early_appends: AtomicU64::new(0),
         early_answers: AtomicU64::new(0),
         early_commit_notices: AtomicU64::new(0),
+        commit_notices_unanswered: AtomicU64::new(0),
         peer_lane_switches: AtomicU64::new(0),
         peer_append_streams: AtomicU64::new(0),
         peer_stream_appends: AtomicU64::new(0),
@@ -332,6 +335,12 @@ pub fn render(view: &MemberView) -> String {
             "Commit indexes sent alone to a follower whose append an early one answered without them.",
             COUNTER,
             load(&m.early_commit_notices),
+        ),
+        (
+            "raft_node_commit_notices_unanswered_total",
+            "New commit indexes sent to a follower in an empty append that awaits no answer.",
+            COUNTER,
+            load(&m.commit_notices_unanswered),
         ),
         (
             "raft_node_peer_connection_switches_total",

@@ -44,7 +44,7 @@ use crate::early_append::{self, EarlyAppends};
 use crate::lanes::{self, Lanes};
 use crate::storage::log_store::{is_unread, UNREAD_FROM_ENTRIES};
 use crate::storage::{decode, encode, LogStore};
-use crate::typ::{MemberNode, NodeId, TypeConfig};
+use crate::typ::{LogId, MemberNode, NodeId, TypeConfig};
 
 /// Creates [`PeerClient`]s.
 #[derive(Clone, Debug, Default)]
@@ -156,6 +156,12 @@ pub struct PeerClient {
     /// Whether the next long append is first probed (see [`PeerClient::append_entries`]): from the start
     /// of a replication stream until a probe finds the end of what the follower holds.
     probing: bool,
+    /// Whether the follower answered an append of entries from this client: only a replication stream's
+    /// client carries entries (openraft makes a fresh client for each read-index round and each vote).
+    replicating: bool,
+    /// The newest commit index this client sent the follower in an append it answered, or in a commit
+    /// notice (see [`PeerClient::notice_unanswered`]).
+    told_commit: Option<LogId>,
 }
 
 /// Entries in an append from which a probing stream first asks whether the follower already holds them
@@ -180,7 +186,14 @@ impl RaftNetworkFactory<TypeConfig> for PeerNetwork {
     async fn new_client(&mut self, target: NodeId, node: &MemberNode) -> Self::Network {
         let lanes = node.peer_urls.first().and_then(|url| self.lanes(url));
         let link = Link { target, node: node.clone(), lanes, connectivity: self.connectivity.clone() };
-        PeerClient { link, early: self.early.clone(), log: self.log.clone(), probing: true }
+        PeerClient {
+            link,
+            early: self.early.clone(),
+            log: self.log.clone(),
+            probing: true,
+            replicating: false,
+            told_commit: None,
+        }
     }
 }
 
@@ -219,6 +232,19 @@ impl Link {
         let reply = client.append_entries(request).await;
         in_flight.settle(&reply);
         self.reply(reply)
+    }
+
+    /// Sends `message`, an append, without awaiting an answer: on the lane's append stream, which asks the
+    /// follower for none, or, while it is not open, as a call of its own in a task of its own.
+    fn send_unanswered(&self, message: raftpb::RaftMessage, ttl: Duration) {
+        let Some(lanes) = self.lanes.as_deref() else { return };
+        let (lane, client) = lanes.lanes.client(None);
+        if let Err(payload) = lanes.streams[lane].send_unanswered(&client, message.payload) {
+            let link = self.clone();
+            tokio::spawn(async move {
+                let _ = link.send_encoded(raftpb::RaftMessage { payload }, ttl).await;
+            });
+        }
     }
 
     /// How the early appends reach this peer.
@@ -292,21 +318,55 @@ impl PeerClient {
     }
 
     /// Sends `rpc`'s commit index, which the early append that carried its entries did not know, in an
-    /// empty append after them, without waiting: openraft put it in this append (a commit it learnt
-    /// while the append waited to go out) and sends no other, so a follower would otherwise apply, and
-    /// its watchers hear of, those writes only at the next heartbeat.
-    fn tell_commit(&self, rpc: &AppendEntriesRequest<TypeConfig>, option: RPCOption) {
-        let notice = AppendEntriesRequest {
+    /// empty append after them, unanswered: openraft put it in this append (a commit it learnt while the
+    /// append waited to go out) and sends no other, so a follower would otherwise apply, and its watchers
+    /// hear of, those writes only at the next heartbeat.
+    fn tell_commit(
+        &self,
+        rpc: &AppendEntriesRequest<TypeConfig>,
+        option: &RPCOption,
+    ) -> RpcResult<(), RaftError<NodeId>> {
+        let notice: AppendEntriesRequest<TypeConfig> = AppendEntriesRequest {
             vote: rpc.vote,
             prev_log_id: rpc.entries.last().map(|entry| entry.log_id),
             leader_commit: rpc.leader_commit,
             entries: Vec::new(),
         };
-        let link = self.link.clone();
         crate::metrics::metrics().early_commit_notices.fetch_add(1, Relaxed);
-        tokio::spawn(async move {
-            let _ = link.send_append(&notice, &option).await;
-        });
+        self.link.send_unanswered(message(&notice)?, option.hard_ttl());
+        Ok(())
+    }
+
+    /// openraft's replication sends a follower each new commit index as soon as it learns it, in an empty
+    /// append (the entries it commits were answered already). The follower's answer tells nothing new,
+    /// yet waiting for it held this stream's next append back, and it cost a message. So once the
+    /// follower answered entries from this client, an empty append that brings a newer commit index goes
+    /// unanswered (see `append_stream`) and counts as a success at once: `Some(Success)`. A heartbeat
+    /// (no newer commit index), a read-index round's or a vote's append (a fresh client's), and any
+    /// append before the follower answered entries are sent and answered as before, so their answers
+    /// still prove the follower there (check-quorum, linearizable reads). The notice's previous entry
+    /// is what the follower last answered for, so a follower that refuses it had lost its log or moved
+    /// to a newer term, which the next append it answers shows.
+    fn notice_unanswered(
+        &mut self,
+        rpc: &AppendEntriesRequest<TypeConfig>,
+        option: &RPCOption,
+    ) -> RpcResult<Option<AppendEntriesResponse<NodeId>>, RaftError<NodeId>> {
+        if !rpc.entries.is_empty() || !self.replicating || rpc.leader_commit <= self.told_commit {
+            return Ok(None);
+        }
+        self.link.send_unanswered(message(rpc)?, option.hard_ttl());
+        self.told_commit = rpc.leader_commit;
+        crate::metrics::metrics().commit_notices_unanswered.fetch_add(1, Relaxed);
+        Ok(Some(AppendEntriesResponse::Success))
+    }
+
+    /// The follower answered `rpc` with `success`: what this client knows it holds.
+    fn note_answer(&mut self, rpc: &AppendEntriesRequest<TypeConfig>, success: bool) {
+        if success {
+            self.replicating |= !rpc.entries.is_empty();
+            self.told_commit = self.told_commit.max(rpc.leader_commit);
+        }
     }
 
     /// A new leader does not know how much of its log a follower holds. openraft 0.9 then starts from the
@@ -367,20 +427,30 @@ impl RaftNetwork<TypeConfig> for PeerClient {
         rpc: AppendEntriesRequest<TypeConfig>,
         option: RPCOption,
     ) -> RpcResult<AppendEntriesResponse<NodeId>, RaftError<NodeId>> {
-        let Some(early) = self.early.clone() else { return self.send(&rpc, &option).await };
+        if let Some(success) = self.notice_unanswered(&rpc, &option)? {
+            return Ok(success);
+        }
+        let Some(early) = self.early.clone() else {
+            let result = self.send(&rpc, &option).await;
+            self.note_answer(&rpc, matches!(result, Ok(AppendEntriesResponse::Success)));
+            return result;
+        };
         if let Some(mut covering) = early.covering(self.link.target, &rpc) {
             // The follower's answer to the early append, which carried these entries (see `early_append`).
             if matches!(covering.taken.wait_for(Option::is_some).await.as_deref(), Ok(Some(true))) {
                 crate::metrics::metrics().early_answers.fetch_add(1, Relaxed);
                 self.answered(&early, &rpc, true);
                 if rpc.leader_commit > covering.commit {
-                    self.tell_commit(&rpc, option);
+                    self.tell_commit(&rpc, &option)?;
                 }
+                self.note_answer(&rpc, true);
                 return Ok(AppendEntriesResponse::Success);
             }
         }
         let result = self.send(&rpc, &option).await;
-        self.answered(&early, &rpc, matches!(result, Ok(AppendEntriesResponse::Success)));
+        let success = matches!(result, Ok(AppendEntriesResponse::Success));
+        self.answered(&early, &rpc, success);
+        self.note_answer(&rpc, success);
         result
     }
 
@@ -416,7 +486,7 @@ impl RaftNetwork<TypeConfig> for PeerClient {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::typ::{Entry, LogId};
+    use crate::typ::Entry;
 
     #[tokio::test]
     async fn an_rpc_out_of_time_moves_later_ones_to_the_next_connection_once() {
@@ -445,6 +515,47 @@ mod tests {
         assert_eq!(lanes.lanes.current(), 1, "tonic's deadline moves it");
         drop(sent());
         assert_eq!(lanes.lanes.current(), 2, "openraft's timeout, which drops the RPC, moves it");
+    }
+
+    /// A client of a peer that is not there, and an append of `entries` (from index 1) committing `commit`.
+    fn absent_peer() -> (PeerClient, impl Fn(u64, u64) -> AppendEntriesRequest<TypeConfig>) {
+        let lanes =
+            Arc::new(PeerLanes::new(lanes::channels(&PeerDialer::default(), "http://127.0.0.1:1").expect("channels")));
+        let link =
+            Link { target: 2, node: MemberNode::default(), lanes: Some(lanes), connectivity: Connectivity::default() };
+        let client = PeerClient { link, early: None, log: None, probing: false, replicating: false, told_commit: None };
+        let append = |entries: u64, commit: u64| {
+            let id = |index| LogId::new(openraft::CommittedLeaderId::new(1, 1), index);
+            let entry = |index| Entry { log_id: id(index), payload: openraft::EntryPayload::Blank };
+            AppendEntriesRequest {
+                vote: crate::typ::Vote::new_committed(1, 1),
+                prev_log_id: if entries == 0 { Some(id(1)) } else { None },
+                leader_commit: Some(id(commit)),
+                entries: (1..=entries).map(entry).collect(),
+            }
+        };
+        (client, append)
+    }
+
+    #[tokio::test]
+    async fn only_a_newer_commit_index_after_answered_entries_goes_unanswered() {
+        let (mut client, append) = absent_peer();
+        let option = RPCOption::new(Duration::from_secs(1));
+        // Before the follower answered entries from this client (a read-index round's or a vote's client
+        // never carries any), an empty append is sent and its answer awaited: none comes from no peer.
+        let awaited = client.append_entries(append(0, 1), option.clone()).await;
+        assert!(matches!(awaited, Err(RPCError::Unreachable(_))), "{awaited:?}");
+        client.note_answer(&append(1, 1), true);
+        // A newer commit index: sent unanswered, a success at once.
+        let notice = client.append_entries(append(0, 2), option.clone()).await;
+        assert!(matches!(notice, Ok(AppendEntriesResponse::Success)), "{notice:?}");
+        // A heartbeat (the same commit index) still needs the follower's answer.
+        let heartbeat = client.append_entries(append(0, 2), option.clone()).await;
+        assert!(matches!(heartbeat, Err(RPCError::Unreachable(_))), "{heartbeat:?}");
+        // A refused append teaches nothing: the next commit notice still goes unanswered.
+        client.note_answer(&append(1, 9), false);
+        let notice = client.append_entries(append(0, 3), option).await;
+        assert!(matches!(notice, Ok(AppendEntriesResponse::Success)), "{notice:?}");
     }
 
     /// An append as a replication stream's reader reads entries 10 to 49 of a log of 60 (the middle
@@ -477,7 +588,8 @@ mod tests {
         let refused = link.send_append(&rpc, &option).await.expect_err("not sent");
         assert!(refused.to_string().contains("not read yet"), "{refused}");
         // Through the client, which reads them first: it gets as far as the (absent) peer.
-        let mut client = PeerClient { link, early: None, log: Some(log), probing: false };
+        let mut client =
+            PeerClient { link, early: None, log: Some(log), probing: false, replicating: false, told_commit: None };
         let failed = client.send(&rpc, &option).await.expect_err("no peer there");
         assert!(matches!(failed, RPCError::Unreachable(_)), "{failed}");
     }

@@ -56,7 +56,7 @@ impl raftpb::raft_peer_server::RaftPeer for PeerService {
 
     /// Each append that arrives goes to Raft in a task of its own, as a call of its own did, so that the
     /// stream is read on while Raft works; answers go back as they are ready, tagged with their append's
-    /// id.
+    /// id, except to appends sent `unanswered` (the leader's commit notices).
     async fn append_stream(
         &self,
         request: Request<Streaming<raftpb::TaggedMessage>>,
@@ -83,11 +83,15 @@ impl raftpb::raft_peer_server::RaftPeer for PeerService {
                         Ok(rpc) => encoded(&raft.append_entries(rpc).await),
                         Err(status) => Err(status),
                     };
+                    if append.unanswered {
+                        return;
+                    }
                     let (payload, error) = match answer {
                         Ok(payload) => (payload, String::new()),
                         Err(status) => (Vec::new(), status.message().to_string()),
                     };
-                    let _ = answers.send(Ok(raftpb::TaggedMessage { id: append.id, payload, error }));
+                    let _ =
+                        answers.send(Ok(raftpb::TaggedMessage { id: append.id, payload, error, unanswered: false }));
                 });
             }
         });

@@ -3,19 +3,21 @@
 //! its replication's own append of the entry is answered by the follower's answer to that early one
 //! (`raft_node_early_appends_total`, `raft_node_early_append_answers_total`). The appends go on
 //! long-lived streams, one per connection (`raft_node_peer_stream_appends_total`), not as calls of their
-//! own.
+//! own. Each write's commit reaches the followers in a notice that awaits no answer
+//! (`raft_node_commit_notices_unanswered_total`), and they still store every write.
 
 use tests::http::{self, Metrics};
 use tests::{Cluster, ClusterMember, ServerKind};
 
 const WRITES: usize = 60;
 
-async fn early(member: &ClusterMember) -> anyhow::Result<(f64, f64, f64)> {
+async fn early(member: &ClusterMember) -> anyhow::Result<(f64, f64, f64, f64)> {
     let metrics = Metrics::parse(&http::get(&member.client_url(), "/metrics").await?.body)?;
     Ok((
         metrics.value("raft_node_early_appends_total", &[]),
         metrics.value("raft_node_early_append_answers_total", &[]),
         metrics.value("raft_node_peer_stream_appends_total", &[]),
+        metrics.value("raft_node_commit_notices_unanswered_total", &[]),
     ))
 }
 
@@ -24,7 +26,7 @@ async fn serial_writes_reach_every_member_and_the_leader_sends_them_while_it_flu
     let cluster = Cluster::start(3).await?;
     let leader = cluster.leader().await?;
     let ours = cluster.kind() == ServerKind::Ours;
-    let before = if ours { early(cluster.member(leader)).await? } else { (0.0, 0.0, 0.0) };
+    let before = if ours { early(cluster.member(leader)).await? } else { (0.0, 0.0, 0.0, 0.0) };
 
     let mut client = cluster.member(leader).client().await?;
     let mut told = Vec::new();
@@ -57,7 +59,13 @@ async fn serial_writes_reach_every_member_and_the_leader_sends_them_while_it_flu
         // a stream opened go on the streams.
         let streamed = after.2 - before.2;
         assert!(streamed >= sent - 4.0, "{streamed} appends on streams, {sent} early appends");
-        eprintln!("{WRITES} writes: {sent} early appends, {answered} appends answered by them, {streamed} on streams");
+        // Each write's commit, to each follower, unless the next write's entries carried it first.
+        let notices = after.3 - before.3;
+        assert!(
+            notices >= WRITES as f64 && notices <= 2.0 * WRITES as f64 + 4.0,
+            "{notices} unanswered commit notices for {WRITES} writes"
+        );
+        eprintln!("{WRITES} writes: {sent} early appends, {answered} appends answered by them, {streamed} on streams, {notices} commit notices");
     }
     Ok(())
 }
