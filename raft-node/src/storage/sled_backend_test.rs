@@ -221,8 +221,16 @@ fn defragment_gives_back_what_deletes_freed_and_keeps_the_content_with(apart: bo
     assert_eq!(all(&reopened, Bucket::Lease), vec![kv("l", "1")]);
 }
 
-/// Writers running through a defragmentation: every write lands in the new generation, none waits
-/// for the copy, and the space the deletes freed comes back.
+/// Writers running through a defragmentation: every write lands in the new generation, writes go on
+/// while it runs (an etcd defragmentation holds every write until it ends), and the space the deletes
+/// freed comes back.
+///
+/// How long one write may wait depends on the disk: sled's explicit flush (before the old generation or
+/// a value segment goes) holds sled's process-wide lock against batches while it writes and syncs, so a
+/// write can wait that long. On a quiet disk the slowest write waits 16–78 ms; while a release build
+/// shared the machine, defragmentations took 3.6–11.7 s and single writes waited 1.5–7.4 s, with 22,000
+/// to 55,000 writes done inside them. So the test asks that writes keep completing inside the
+/// defragmentation and that none waited for all of it, not for a bound in milliseconds.
 #[test]
 fn defragment_lets_writers_go_on_and_loses_nothing() {
     defragment_lets_writers_go_on_and_loses_nothing_with(false);
@@ -257,12 +265,13 @@ fn defragment_lets_writers_go_on_and_loses_nothing_with(apart: bool) {
     let mut want: BTreeMap<Vec<u8>, Vec<u8>> = all(&backend, Bucket::Key).into_iter().collect();
 
     let stop = AtomicBool::new(false);
-    let (written, slowest) = std::thread::scope(|scope| {
+    let (written, slowest, took, inside) = std::thread::scope(|scope| {
         let writers: Vec<_> = (0..2u8)
             .map(|id| {
                 let (backend, stop) = (&backend, &stop);
                 scope.spawn(move || {
                     let (mut kept, mut slowest, mut n) = (BTreeMap::new(), Duration::ZERO, 0u32);
+                    let mut spans = Vec::new();
                     while !stop.load(Ordering::Relaxed) || n < 50 {
                         let key = [&[b'w', id][..], &n.to_be_bytes()].concat();
                         let mut batch = WriteBatch::default();
@@ -277,9 +286,10 @@ fn defragment_lets_writers_go_on_and_loses_nothing_with(apart: bool) {
                         let started = Instant::now();
                         backend.write(batch).expect("write during defragmentation");
                         slowest = slowest.max(started.elapsed());
+                        spans.push((started, Instant::now()));
                         n += 1;
                     }
-                    (kept, slowest)
+                    (kept, slowest, spans)
                 })
             })
             .collect();
@@ -305,24 +315,32 @@ fn defragment_lets_writers_go_on_and_loses_nothing_with(apart: bool) {
             })
         };
         std::thread::sleep(Duration::from_millis(20));
+        let began = Instant::now();
         backend.defragment().expect("defragment");
+        let ended = Instant::now();
         stop.store(true, Ordering::Relaxed);
         for key in compactor.join().expect("compactor") {
             want.remove(&key);
         }
         let mut written = BTreeMap::new();
         let mut slowest = Duration::ZERO;
+        let mut inside = 0;
         for writer in writers {
-            let (kept, took) = writer.join().expect("writer");
+            let (kept, took, spans) = writer.join().expect("writer");
             written.extend(kept);
             slowest = slowest.max(took);
+            inside += spans.iter().filter(|(start, end)| began <= *start && *end <= ended).count();
         }
-        (written, slowest)
+        let took = ended - began;
+        eprintln!(
+            "defragmentation took {took:?}; {inside} writes began and ended inside it, the slowest in {slowest:?}"
+        );
+        (written, slowest, took, inside)
     });
     want.extend(written);
     assert_eq!(all(&backend, Bucket::Key).into_iter().collect::<BTreeMap<_, _>>(), want);
-    // Generous for a busy machine; the switch itself holds writes back for milliseconds.
-    assert!(slowest < Duration::from_secs(1), "a write waited {slowest:?}");
+    assert!(inside >= 100, "only {inside} writes completed inside a defragmentation of {took:?}");
+    assert!(slowest < took, "a write waited {slowest:?}, the whole defragmentation took {took:?}");
     backend.sync().expect("sync");
     let after = backend.size_bytes();
     assert!(after * 2 < before, "defragmentation shrank {before} bytes only to {after}");
