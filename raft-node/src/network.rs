@@ -311,12 +311,6 @@ fn with_deadline<T>(message: T, option: &RPCOption) -> tonic::Request<T> {
 }
 
 impl PeerClient {
-    /// Notes how the follower answered `rpc` (`success` or not) for the early appends.
-    fn answered(&self, early: &EarlyAppends, rpc: &AppendEntriesRequest<TypeConfig>, success: bool) {
-        let link = &self.link;
-        early.answered(link.target, rpc, success, &|| link.early_sender(early.window()));
-    }
-
     /// Sends `rpc`'s commit index, which the early append that carried its entries did not know, in an
     /// empty append after them, unanswered: openraft put it in this append (a commit it learnt while the
     /// append waited to go out) and sends no other, so a follower would otherwise apply, and its watchers
@@ -361,8 +355,13 @@ impl PeerClient {
         Ok(Some(AppendEntriesResponse::Success))
     }
 
-    /// The follower answered `rpc` with `success`: what this client knows it holds.
-    fn note_answer(&mut self, rpc: &AppendEntriesRequest<TypeConfig>, success: bool) {
+    /// Notes how the follower answered `rpc` (`success` or not): for the early appends, and what this
+    /// client knows the follower holds.
+    fn noted(&mut self, early: Option<&EarlyAppends>, rpc: &AppendEntriesRequest<TypeConfig>, success: bool) {
+        if let Some(early) = early {
+            let link = &self.link;
+            early.answered(link.target, rpc, success, &|| link.early_sender(early.window()));
+        }
         if success {
             self.replicating |= !rpc.entries.is_empty();
             self.told_commit = self.told_commit.max(rpc.leader_commit);
@@ -430,27 +429,20 @@ impl RaftNetwork<TypeConfig> for PeerClient {
         if let Some(success) = self.notice_unanswered(&rpc, &option)? {
             return Ok(success);
         }
-        let Some(early) = self.early.clone() else {
-            let result = self.send(&rpc, &option).await;
-            self.note_answer(&rpc, matches!(result, Ok(AppendEntriesResponse::Success)));
-            return result;
-        };
-        if let Some(mut covering) = early.covering(self.link.target, &rpc) {
+        let early = self.early.clone();
+        if let Some(mut covering) = early.as_ref().and_then(|early| early.covering(self.link.target, &rpc)) {
             // The follower's answer to the early append, which carried these entries (see `early_append`).
             if matches!(covering.taken.wait_for(Option::is_some).await.as_deref(), Ok(Some(true))) {
                 crate::metrics::metrics().early_answers.fetch_add(1, Relaxed);
-                self.answered(&early, &rpc, true);
                 if rpc.leader_commit > covering.commit {
                     self.tell_commit(&rpc, &option)?;
                 }
-                self.note_answer(&rpc, true);
+                self.noted(early.as_ref(), &rpc, true);
                 return Ok(AppendEntriesResponse::Success);
             }
         }
         let result = self.send(&rpc, &option).await;
-        let success = matches!(result, Ok(AppendEntriesResponse::Success));
-        self.answered(&early, &rpc, success);
-        self.note_answer(&rpc, success);
+        self.noted(early.as_ref(), &rpc, matches!(result, Ok(AppendEntriesResponse::Success)));
         result
     }
 
@@ -545,7 +537,7 @@ mod tests {
         // never carries any), an empty append is sent and its answer awaited: none comes from no peer.
         let awaited = client.append_entries(append(0, 1), option.clone()).await;
         assert!(matches!(awaited, Err(RPCError::Unreachable(_))), "{awaited:?}");
-        client.note_answer(&append(1, 1), true);
+        client.noted(None, &append(1, 1), true);
         // A newer commit index: sent unanswered, a success at once.
         let notice = client.append_entries(append(0, 2), option.clone()).await;
         assert!(matches!(notice, Ok(AppendEntriesResponse::Success)), "{notice:?}");
@@ -553,7 +545,7 @@ mod tests {
         let heartbeat = client.append_entries(append(0, 2), option.clone()).await;
         assert!(matches!(heartbeat, Err(RPCError::Unreachable(_))), "{heartbeat:?}");
         // A refused append teaches nothing: the next commit notice still goes unanswered.
-        client.note_answer(&append(1, 9), false);
+        client.noted(None, &append(1, 9), false);
         let notice = client.append_entries(append(0, 3), option).await;
         assert!(matches!(notice, Ok(AppendEntriesResponse::Success)), "{notice:?}");
     }
