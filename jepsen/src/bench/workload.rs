@@ -405,10 +405,13 @@ async fn watch_latency(name: &str, urls: &[String], watchers: usize, setup: &Set
     }
     let mut from_sent = Vec::new();
     let mut from_answer = Vec::new();
+    // The same from the put sent, split by where the watcher is: the leader, or a follower.
+    let (mut on_leader, mut on_followers) = (Vec::new(), Vec::new());
     let mut missing = 0;
     let mut last_event = start;
     let expected = puts.iter().filter(|p| p.answered.is_some()).count() as u64;
-    for receiver in receivers {
+    for (watcher, receiver) in receivers.into_iter().enumerate() {
+        let place = if urls[watcher % urls.len()] == setup.leader { &mut on_leader } else { &mut on_followers };
         let (events, error) = receiver.await.unwrap_or_else(|err| (Vec::new(), Some(format!("watcher died: {err}"))));
         if let Some(error) = error {
             first_error.get_or_insert(error);
@@ -420,6 +423,7 @@ async fn watch_latency(name: &str, urls: &[String], watchers: usize, setup: &Set
             seen += 1;
             last_event = last_event.max(at);
             from_sent.push(at.saturating_duration_since(put.sent));
+            place.push(at.saturating_duration_since(put.sent));
             from_answer.push(at.saturating_duration_since(answered));
         }
         missing += expected.saturating_sub(seen);
@@ -429,6 +433,17 @@ async fn watch_latency(name: &str, urls: &[String], watchers: usize, setup: &Set
     }
     // Both rows count events per second; the put rate fixes it, so compare their latencies.
     let elapsed = last_event.saturating_duration_since(start);
+    let (leader, followers) =
+        (Stats::from_latencies(on_leader, 0, elapsed), Stats::from_latencies(on_followers, 0, elapsed));
+    tracing::info!(
+        leader_p50_ms = leader.p50_ms,
+        leader_p99_ms = leader.p99_ms,
+        leader_events = leader.count,
+        followers_p50_ms = followers.p50_ms,
+        followers_p99_ms = followers.p99_ms,
+        followers_events = followers.count,
+        "watch latency by the watcher's member"
+    );
     let errors = put_errors * watchers as u64 + missing;
     let rows = vec![
         (name.to_string(), Stats::from_latencies(from_sent, errors, elapsed)),
