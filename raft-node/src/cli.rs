@@ -57,6 +57,7 @@ pub fn check(config: &Config) -> Result<(Settings, Vec<String>), String> {
     let notes = effect::check(config, &settings).map_err(|refused| refused.to_string())?;
     config.tls.policy().map_err(|err| format!("{err:#}"))?;
     crate::config::auth_token::parse(&config.auth_token)?;
+    crate::failpoint::init_from_env()?;
     Ok((settings, notes))
 }
 

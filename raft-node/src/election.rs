@@ -14,10 +14,21 @@
 //!
 //! The same question tells a member that no longer hears from anyone whether it was removed from the
 //! cluster: the others answer [`PreVoteAnswer::Removed`], and the member stops, as etcd's does.
+//!
+//! openraft's heartbeats ride its replication streams: one waits behind an append on its way, and a
+//! follower answers it only once its log is on disk. With slow disks (syncs of most of an election
+//! timeout) followers went without a sign of the leader and the leader without a quorum's answer, and
+//! the cluster held elections while nothing had failed (etcd #7617). So on each tick the leader also
+//! sends every member a beat ([`LeaderRequest::Beat`]) on the forwarding connections, which carry no
+//! appends; a member that follows the sender in that term counts it as a sign of the leader and says
+//! so at once, without touching its disk, and the leader counts those answers for check-quorum. A
+//! member of an older version does not know beats: its answer is an error, and only openraft's
+//! heartbeats count for it, as before.
 
+use std::collections::{HashMap, HashSet};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use futures::future::join_all;
 use openraft::ServerState;
@@ -27,7 +38,7 @@ use tracing::{debug, info, warn};
 
 use crate::forward::Forwarder;
 use crate::leader_wire::{LeaderReply, LeaderRequest, PreVote, PreVoteAnswer};
-use crate::typ::{NodeId, Raft, RaftMetrics};
+use crate::typ::{MemberNode, NodeId, Raft, RaftMetrics};
 
 /// When a member without a sign of its leader asks for pre-votes next.
 ///
@@ -66,6 +77,36 @@ impl Countdown {
     }
 }
 
+/// The leader's beats: which members answered one, and which have one on its way.
+#[derive(Debug, Default)]
+struct Beats {
+    /// A member's last answer that it follows this leader: the term of the beat and when it came.
+    answered: Mutex<HashMap<NodeId, (u64, Instant)>>,
+    /// Members with a beat on its way: a member that does not answer gets no second one meanwhile.
+    on_the_way: Mutex<HashSet<NodeId>>,
+}
+
+impl Beats {
+    fn answered(&self) -> std::sync::MutexGuard<'_, HashMap<NodeId, (u64, Instant)>> {
+        self.answered.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    fn on_the_way(&self) -> std::sync::MutexGuard<'_, HashSet<NodeId>> {
+        self.on_the_way.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// Whether a majority of `voters` (`me` counting for itself) answered a beat of `term` within
+    /// `window`.
+    fn quorum_heard(&self, voters: &[NodeId], me: NodeId, term: u64, window: Duration) -> bool {
+        let answered = self.answered();
+        let heard = voters
+            .iter()
+            .filter(|id| **id == me || answered.get(id).is_some_and(|(t, at)| *t == term && at.elapsed() <= window))
+            .count();
+        heard * 2 > voters.len()
+    }
+}
+
 /// A member's election clock, shared by its ticking task and the pre-vote handler.
 #[derive(Clone)]
 pub struct ElectionClock {
@@ -86,6 +127,8 @@ pub struct ElectionClock {
     /// Set while this member, as leader, hands its leadership over (see `Leader::move_leader`): it is
     /// silent on purpose then, which check-quorum must not take for a lost quorum.
     handing_over: Arc<watch::Sender<bool>>,
+    /// As leader, its beats' answers.
+    beats: Arc<Beats>,
 }
 
 impl ElectionClock {
@@ -102,6 +145,7 @@ impl ElectionClock {
             tick: heartbeat,
             removed,
             handing_over: Arc::new(watch::channel(false).0),
+            beats: Arc::default(),
         }
     }
 
@@ -165,6 +209,49 @@ impl ElectionClock {
         }
     }
 
+    /// This member's answer to a beat: whether it follows `leader` in `term`, which is then a sign of
+    /// the leader as an accepted heartbeat is.
+    pub fn beat(&self, term: u64, leader: NodeId) -> bool {
+        let follows = {
+            let metrics = self.raft.metrics();
+            let metrics = metrics.borrow();
+            metrics.state != ServerState::Leader
+                && metrics.current_term == term
+                && metrics.current_leader == Some(leader)
+        };
+        if follows {
+            self.lock_countdown().heard_leader(self.randomized_timeout());
+            self.leader_lost.store(false, Ordering::Relaxed);
+        }
+        follows
+    }
+
+    /// As leader, sends a beat to every other member that has none on its way (see the module doc).
+    fn send_beats(&self, forwarder: &Forwarder, metrics: &RaftMetrics) {
+        let term = metrics.current_term;
+        let request = LeaderRequest::Beat { term, leader: self.member_id };
+        let wait = self.tick * self.election_ticks as u32;
+        let others: Vec<(NodeId, MemberNode)> = metrics
+            .membership_config
+            .membership()
+            .nodes()
+            .filter(|(id, _)| **id != self.member_id)
+            .map(|(id, node)| (*id, node.clone()))
+            .collect();
+        for (id, node) in others {
+            if !self.beats.on_the_way().insert(id) {
+                continue;
+            }
+            let (beats, forwarder, request) = (self.beats.clone(), forwarder.clone(), request.clone());
+            tokio::spawn(async move {
+                if let Ok(LeaderReply::Beat(true)) = forwarder.send(&node, &request, wait).await {
+                    beats.answered().insert(id, (term, Instant::now()));
+                }
+                beats.on_the_way().remove(&id);
+            });
+        }
+    }
+
     /// Runs the clock until Raft stops; campaigns (after a granted pre-vote) when the leader is gone.
     pub async fn run(self, forwarder: Forwarder) {
         self.raft.runtime_config().elect(false);
@@ -177,9 +264,6 @@ impl ElectionClock {
         self.lock_countdown().heard_leader(self.randomized_timeout());
         loop {
             ticker.tick().await;
-            let Ok(seen) = self.raft.with_raft_state(|st| st.vote_last_modified()).await else {
-                return;
-            };
             let metrics = self.raft.metrics().borrow().clone();
             let membership = metrics.membership_config.membership();
             let voters = membership.voter_ids().count();
@@ -192,20 +276,29 @@ impl ElectionClock {
                 continue;
             }
             if metrics.state == ServerState::Leader {
-                last_seen = seen;
+                // Nothing here waits for openraft's core: it holds its own log's flush in its loop
+                // (`append_to_log`), and the beats must go out meanwhile. The vote's timestamp is read
+                // afresh once this member follows again.
+                last_seen = None;
                 self.lock_countdown().heard_leader(self.randomized_timeout());
                 self.leader_lost.store(false, Ordering::Relaxed);
                 unacked_ticks = if metrics.millis_since_quorum_ack.is_some() { 0 } else { unacked_ticks + 1 };
                 self.check_quorum(&metrics, unacked_ticks);
                 // etcd's heartbeat, every tick. openraft's own comes only every 1.5 of its interval, which
                 // is also its wait for an answer (`consensus::raft_rpc_window`) and so may be longer.
-                if !*self.handing_over.borrow() && self.raft.trigger().heartbeat().await.is_err() {
-                    return;
+                if !*self.handing_over.borrow() {
+                    self.send_beats(&forwarder, &metrics);
+                    if self.raft.trigger().heartbeat().await.is_err() {
+                        return;
+                    }
                 }
                 continue;
             }
             unacked_ticks = 0;
             self.quorum_lost.store(false, Ordering::Relaxed);
+            let Ok(seen) = self.raft.with_raft_state(|st| st.vote_last_modified()).await else {
+                return;
+            };
             if seen != last_seen {
                 last_seen = seen;
                 self.lock_countdown().heard_leader(self.randomized_timeout());
@@ -237,16 +330,23 @@ impl ElectionClock {
     /// etcd's check-quorum: a leader that has not heard from a quorum for an election timeout knows no
     /// leader (`etcd_server_has_leader` 0, Status without a leader, "no leader" for requests that require
     /// one) and grants pre-votes, so the members it can reach may replace it. openraft keeps it leader
-    /// until it sees a higher term.
+    /// until it sees a higher term. A quorum's answers to openraft's appends count, and so do a quorum's
+    /// answers to beats (which do not wait on the followers' disks).
     fn check_quorum(&self, metrics: &RaftMetrics, unacked_ticks: u64) {
-        let voters = metrics.membership_config.membership().voter_ids().count();
+        let voters: Vec<NodeId> = metrics.membership_config.membership().voter_ids().collect();
         let election_ms = self.tick.as_millis() as u64 * self.election_ticks;
-        let lost = voters > 1
+        let lost = voters.len() > 1
             && !*self.handing_over.borrow()
             && match metrics.millis_since_quorum_ack {
                 Some(ms) => ms > election_ms,
                 None => unacked_ticks >= self.election_ticks,
-            };
+            }
+            && !self.beats.quorum_heard(
+                &voters,
+                self.member_id,
+                metrics.current_term,
+                Duration::from_millis(election_ms),
+            );
         if lost != self.quorum_lost.swap(lost, Ordering::Relaxed) {
             if lost {
                 warn!(
@@ -323,5 +423,22 @@ mod tests {
         assert_eq!(asks, vec![("a", 10), ("b", 13), ("a", 25), ("b", 30), ("a", 40)]);
         a.heard_leader(12);
         assert_eq!((a.idle, a.next_ask), (0, 12));
+    }
+
+    /// Check-quorum by beats: the leader counts for itself, an answer counts only in the beat's term
+    /// and only within the window.
+    #[test]
+    fn beats_make_a_quorum_only_in_the_term_and_the_window() {
+        let beats = Beats::default();
+        let (voters, window) = ([1, 2, 3], Duration::from_secs(60));
+        assert!(!beats.quorum_heard(&voters, 1, 5, window), "the leader alone is no quorum of three");
+        beats.answered().insert(2, (4, Instant::now()));
+        assert!(!beats.quorum_heard(&voters, 1, 5, window), "an answer of an earlier term");
+        beats.answered().insert(2, (5, Instant::now()));
+        assert!(beats.quorum_heard(&voters, 1, 5, window));
+        assert!(!beats.quorum_heard(&voters, 1, 5, Duration::ZERO), "an answer older than the window");
+        assert!(!beats.quorum_heard(&[1, 2, 3, 4, 5], 1, 5, window), "two of five");
+        beats.answered().insert(9, (5, Instant::now()));
+        assert!(!beats.quorum_heard(&[1, 2, 3, 4, 5], 1, 5, window), "a learner's answer does not count");
     }
 }

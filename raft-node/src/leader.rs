@@ -117,8 +117,8 @@ impl Leader {
         })
     }
 
-    /// Serves a request on this member, which must be the leader (except for `ClusterInfo`, `PreVote` and
-    /// `Campaign`), within etcd's request timeout: a leader cut off from its quorum never commits, and the
+    /// Serves a request on this member, which must be the leader (except for `ClusterInfo`, `PreVote`,
+    /// `Beat` and `Campaign`), within etcd's request timeout: a leader cut off from its quorum never commits, and the
     /// request then fails with "request timed out".
     pub async fn handle(&self, req: LeaderRequest) -> Result<LeaderReply, Error> {
         tokio::time::timeout(self.request_timeout, self.handle_now(req)).await.map_err(|_| Error::Timeout)?
@@ -130,6 +130,7 @@ impl Leader {
                 return Ok(LeaderReply::ClusterInfo { cluster_id: self.cluster_id, members: members(&self.raft) })
             }
             LeaderRequest::PreVote(pre_vote) => return Ok(LeaderReply::PreVote(self.clock.answer(&pre_vote))),
+            LeaderRequest::Beat { term, leader } => return Ok(LeaderReply::Beat(self.clock.beat(term, leader))),
             LeaderRequest::Campaign => {
                 self.raft.trigger().elect().await.map_err(|_| Error::Stopped)?;
                 return Ok(LeaderReply::Done);
@@ -239,7 +240,10 @@ impl Leader {
                 leases.sort_unstable();
                 Ok(LeaderReply::LeaseIds(leases.into_iter().map(|(_, id)| id).collect()))
             }
-            LeaderRequest::ClusterInfo | LeaderRequest::Campaign | LeaderRequest::PreVote(_) => {
+            LeaderRequest::ClusterInfo
+            | LeaderRequest::Campaign
+            | LeaderRequest::PreVote(_)
+            | LeaderRequest::Beat { .. } => {
                 unreachable!("answered above")
             }
         }

@@ -70,6 +70,12 @@ pub enum LeaderRequest {
     ClusterInfo,
     /// Would this member vote for the sender (see [`crate::election`])?
     PreVote(PreVote),
+    /// The leader's beat, apart from Raft's appends (see [`crate::election`]): answered at once with
+    /// whether this member follows `leader` in `term`.
+    Beat {
+        term: u64,
+        leader: NodeId,
+    },
     /// Writes forwarded together ([`crate::forward_batch`]), each with its sender's deadline (as in
     /// [`Forwarded`]); answered by [`LeaderReply::WrittenMany`], in the same order.
     Writes(Vec<(u64, Command)>),
@@ -98,6 +104,7 @@ impl LeaderRequest {
                 | LeaderRequest::ClusterInfo
                 | LeaderRequest::Publish { .. }
                 | LeaderRequest::PreVote(_)
+                | LeaderRequest::Beat { .. }
                 | LeaderRequest::LeaseTimeToLive { .. }
                 | LeaderRequest::LeasesByExpiry
         )
@@ -117,6 +124,8 @@ pub enum LeaderReply {
     /// Apply everything up to `index`, then a local read is linearizable.
     ReadIndex(u64),
     PreVote(PreVoteAnswer),
+    /// Whether the member follows the beat's sender in its term.
+    Beat(bool),
     /// A lease's granted TTL after a keep-alive (0: unknown).
     LeaseTtl(i64),
     /// Seconds left on a lease (`None`: unknown).

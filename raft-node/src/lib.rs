@@ -16,7 +16,8 @@
 //! - [`network`]: outbound Raft RPC to peers (tonic, `raftpb`).
 //! - [`peer_service`]: inbound Raft RPC from peers.
 //! - [`probe`]: timing round trips to every peer, as etcd's prober.
-//! - [`election`]: elections on a logical clock with pre-vote, as etcd.
+//! - [`election`]: elections on a logical clock with pre-vote, as etcd, and the leader's beats outside Raft's streams.
+//! - [`failpoint`]: the etcd failpoints (`GOFAIL_FAILPOINTS`) this member honours.
 //! - [`group_commit`]: many clients' writes proposed in one log entry.
 //! - [`leader`]: what only the leader does (writes, read index, membership, leadership transfer).
 //! - [`reconfig`]: etcd's rules for membership changes (`--strict-reconfig-check`, adding unstarted voters).
@@ -57,6 +58,7 @@ pub mod dial;
 pub mod early_append;
 pub mod election;
 pub mod exposition;
+pub mod failpoint;
 pub mod forward;
 pub mod forward_batch;
 pub mod gateway;

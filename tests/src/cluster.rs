@@ -55,6 +55,8 @@ pub struct ClusterConfig {
     /// The user and password the harness's Status probes log in with: for clusters that start with auth
     /// enabled (restored from a snapshot), since etcd 3.6 answers Status only to a user then.
     pub credentials: Option<(String, String)>,
+    /// Variables every member's process gets (beside the test's own environment).
+    pub env: Vec<(String, String)>,
 }
 
 impl ClusterConfig {
@@ -67,6 +69,7 @@ impl ClusterConfig {
             snapshot_count: None,
             extra_args: Vec::new(),
             credentials: None,
+            env: Vec::new(),
         }
     }
 }
@@ -124,6 +127,7 @@ impl Cluster {
             let cluster_args = cluster.cluster_args(&initial_cluster, "new");
             for (name, pair) in names.iter().zip(ports.chunks(2)) {
                 let mut member = ClusterMember::create(config.kind, name, pair[0], pair[1], &cluster_args)?;
+                member.env.clone_from(&config.env);
                 if let Some((user, password)) = &config.credentials {
                     member.set_credentials(user, password);
                 }
@@ -292,7 +296,9 @@ impl Cluster {
         let initial_cluster = printed_var(&printed, "ETCD_INITIAL_CLUSTER")?;
         let state = printed_var(&printed, "ETCD_INITIAL_CLUSTER_STATE")?;
         let cluster_args = self.cluster_args(&initial_cluster, &state);
-        let mut member = ClusterMember::spawn(self.config.kind, &name, ports[0], ports[1], &cluster_args)?;
+        let mut member = ClusterMember::create(self.config.kind, &name, ports[0], ports[1], &cluster_args)?;
+        member.env.clone_from(&self.config.env);
+        member.start_process()?;
         member.learner = learner;
         if let Some((user, password)) = &self.config.credentials {
             member.set_credentials(user, password);

@@ -53,6 +53,8 @@ pub struct ClusterMember {
     /// The flags of the first start, passed unchanged on every restart: a restarted member must
     /// ignore the bootstrap flags (`--initial-cluster*`) and recover from its data dir.
     args: Vec<String>,
+    /// Variables of every start, beside the test's own environment.
+    pub(crate) env: Vec<(String, String)>,
     /// Behind a lock only so that [`ClusterMember::is_running`] (`try_wait`) can take `&self`.
     child: Mutex<Option<Child>>,
     paused: bool,
@@ -67,20 +69,6 @@ pub struct ClusterMember {
 }
 
 impl ClusterMember {
-    /// Starts the process with its identity flags (name, data dir, URLs) followed by `cluster_args`.
-    /// Does not wait for it to serve.
-    pub(crate) fn spawn(
-        kind: ServerKind,
-        name: &str,
-        client_port: u16,
-        peer_port: u16,
-        cluster_args: &[String],
-    ) -> anyhow::Result<ClusterMember> {
-        let mut member = ClusterMember::create(kind, name, client_port, peer_port, cluster_args)?;
-        member.start_process()?;
-        Ok(member)
-    }
-
     /// A member with its temp dir and flags, whose process is not started yet (see
     /// [`ClusterMember::start_process`]), so that its data dir can be prepared first.
     pub(crate) fn create(
@@ -99,6 +87,7 @@ impl ClusterMember {
             client_port,
             peer_port,
             args: Vec::new(),
+            env: Vec::new(),
             child: Mutex::new(None),
             paused: false,
             learner: false,
@@ -355,6 +344,7 @@ impl ClusterMember {
         let log = open_append(&self.dir.path().join("member.log"))?;
         let child = Command::new(&self.binary)
             .args(&self.args)
+            .envs(self.env.iter().map(|(key, value)| (key, value)))
             .stdin(Stdio::null())
             .stdout(log.try_clone()?)
             .stderr(log)

@@ -441,6 +441,7 @@ impl RaftLogReader<TypeConfig> for LogStore {
 /// Syncs appended segment files, timing it for `etcd_disk_wal_fsync_duration_seconds`. Blocking.
 fn sync_files(files: &[Arc<File>]) -> io::Result<()> {
     let start = std::time::Instant::now();
+    crate::failpoint::before_save();
     let synced = files.iter().try_for_each(|file| file.sync_data());
     crate::metrics::metrics().wal_fsync.observe(start.elapsed());
     synced

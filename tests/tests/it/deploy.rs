@@ -224,6 +224,21 @@ async fn flags_it_cannot_honour_stop_it_with_one_line() -> anyhow::Result<()> {
     let log = member.log();
     assert_eq!(exit, Some(1), "{log}");
     assert_eq!(log, "raft-node: invalid TOKIO_WORKER_THREADS \"many\": want a number of threads, 1 or more\n");
+    std::fs::remove_file(dir.path().join("raft-node.log")).context("log")?;
+    // An etcd failpoint this member does not have must not look set.
+    let mut member = Spawned::start(
+        &ours()?,
+        dir.path(),
+        &[],
+        &[("GOFAIL_FAILPOINTS", "raftBeforeSave=sleep(5);raftAfterSave=panic")],
+    )?;
+    let exit = member.wait_exit(Duration::from_secs(10)).await?;
+    let log = member.log();
+    assert_eq!(exit, Some(1), "{log}");
+    assert_eq!(
+        log,
+        "raft-node: GOFAIL_FAILPOINTS: failpoint \"raftAfterSave\" is not supported here (raftBeforeSave)\n"
+    );
     Ok(())
 }
 

@@ -19,6 +19,7 @@ mod cluster_isolation;
 mod cluster_membership;
 mod cluster_no_disruption;
 mod cluster_shutdown;
+mod cluster_slow_disk;
 mod cluster_writer;
 mod crash;
 mod deploy;
