@@ -84,6 +84,9 @@ struct Beats {
     answered: Mutex<HashMap<NodeId, (u64, Instant)>>,
     /// Members with a beat on its way: a member that does not answer gets no second one meanwhile.
     on_the_way: Mutex<HashSet<NodeId>>,
+    /// When openraft's core last answered this member's question, and whether one is on its way.
+    core_answered: Mutex<Option<Instant>>,
+    core_asked: AtomicBool,
 }
 
 impl Beats {
@@ -93,6 +96,10 @@ impl Beats {
 
     fn on_the_way(&self) -> std::sync::MutexGuard<'_, HashSet<NodeId>> {
         self.on_the_way.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    fn core_answered(&self) -> std::sync::MutexGuard<'_, Option<Instant>> {
+        self.core_answered.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
     /// Whether a majority of `voters` (`me` counting for itself) answered a beat of `term` within
@@ -210,7 +217,8 @@ impl ElectionClock {
     }
 
     /// This member's answer to a beat: whether it follows `leader` in `term`, which is then a sign of
-    /// the leader as an accepted heartbeat is.
+    /// the leader as an accepted heartbeat is. A member whose own Raft core has not answered its clock
+    /// for two election timeouts (its disk hangs) follows nobody.
     pub fn beat(&self, term: u64, leader: NodeId) -> bool {
         let follows = {
             let metrics = self.raft.metrics();
@@ -218,7 +226,7 @@ impl ElectionClock {
             metrics.state != ServerState::Leader
                 && metrics.current_term == term
                 && metrics.current_leader == Some(leader)
-        };
+        } && self.beats.core_answered().is_some_and(|at| at.elapsed() <= self.core_window());
         if follows {
             self.lock_countdown().heard_leader(self.randomized_timeout());
             self.leader_lost.store(false, Ordering::Relaxed);
@@ -226,11 +234,28 @@ impl ElectionClock {
         follows
     }
 
+    /// Whether openraft's core answered within `window`; asks it again, one question at a time, without
+    /// waiting for the answer. A core that waits on a log flush answers once it is done; one that waits
+    /// on a disk that hangs never does, and its leader must then stop beating so that the followers
+    /// elect another (as etcd's leader, whose loop the disk holds, stops sending heartbeats).
+    fn core_alive(&self, window: Duration) -> bool {
+        if !self.beats.core_asked.swap(true, Ordering::AcqRel) {
+            let (raft, beats) = (self.raft.clone(), self.beats.clone());
+            tokio::spawn(async move {
+                if raft.with_raft_state(|_| ()).await.is_ok() {
+                    *beats.core_answered() = Some(Instant::now());
+                }
+                beats.core_asked.store(false, Ordering::Release);
+            });
+        }
+        self.beats.core_answered().is_some_and(|at| at.elapsed() <= window)
+    }
+
     /// As leader, sends a beat to every other member that has none on its way (see the module doc).
     fn send_beats(&self, forwarder: &Forwarder, metrics: &RaftMetrics) {
         let term = metrics.current_term;
         let request = LeaderRequest::Beat { term, leader: self.member_id };
-        let wait = self.tick * self.election_ticks as u32;
+        let wait = self.election_timeout();
         let others: Vec<(NodeId, MemberNode)> = metrics
             .membership_config
             .membership()
@@ -243,9 +268,14 @@ impl ElectionClock {
                 continue;
             }
             let (beats, forwarder, request) = (self.beats.clone(), forwarder.clone(), request.clone());
+            crate::metrics::metrics().beats_sent.fetch_add(1, Ordering::Relaxed);
             tokio::spawn(async move {
-                if let Ok(LeaderReply::Beat(true)) = forwarder.send(&node, &request, wait).await {
+                let answer = forwarder.send(&node, &request, wait).await;
+                if let Ok(LeaderReply::Beat(true)) = answer {
+                    crate::metrics::metrics().beats_followed.fetch_add(1, Ordering::Relaxed);
                     beats.answered().insert(id, (term, Instant::now()));
+                } else {
+                    debug!(member = id, ?answer, "a beat not answered as followed");
                 }
                 beats.on_the_way().remove(&id);
             });
@@ -283,11 +313,14 @@ impl ElectionClock {
                 self.lock_countdown().heard_leader(self.randomized_timeout());
                 self.leader_lost.store(false, Ordering::Relaxed);
                 unacked_ticks = if metrics.millis_since_quorum_ack.is_some() { 0 } else { unacked_ticks + 1 };
-                self.check_quorum(&metrics, unacked_ticks);
+                let alive = self.core_alive(self.core_window());
+                self.check_quorum(&metrics, unacked_ticks, alive);
                 // etcd's heartbeat, every tick. openraft's own comes only every 1.5 of its interval, which
                 // is also its wait for an answer (`consensus::raft_rpc_window`) and so may be longer.
                 if !*self.handing_over.borrow() {
-                    self.send_beats(&forwarder, &metrics);
+                    if alive {
+                        self.send_beats(&forwarder, &metrics);
+                    }
                     if self.raft.trigger().heartbeat().await.is_err() {
                         return;
                     }
@@ -299,6 +332,8 @@ impl ElectionClock {
             let Ok(seen) = self.raft.with_raft_state(|st| st.vote_last_modified()).await else {
                 return;
             };
+            // The core answered: a new leader's `core_alive` starts from here.
+            *self.beats.core_answered() = Some(Instant::now());
             if seen != last_seen {
                 last_seen = seen;
                 self.lock_countdown().heard_leader(self.randomized_timeout());
@@ -332,15 +367,18 @@ impl ElectionClock {
     /// one) and grants pre-votes, so the members it can reach may replace it. openraft keeps it leader
     /// until it sees a higher term. A quorum's answers to openraft's appends count, and so do a quorum's
     /// answers to beats (which do not wait on the followers' disks).
-    fn check_quorum(&self, metrics: &RaftMetrics, unacked_ticks: u64) {
+    fn check_quorum(&self, metrics: &RaftMetrics, unacked_ticks: u64, core_alive: bool) {
         let voters: Vec<NodeId> = metrics.membership_config.membership().voter_ids().collect();
-        let election_ms = self.tick.as_millis() as u64 * self.election_ticks;
-        let lost = voters.len() > 1
-            && !*self.handing_over.borrow()
-            && match metrics.millis_since_quorum_ack {
+        let election_ms = self.election_timeout().as_millis() as u64;
+        // openraft's figure is as old as its last metrics: a core that hangs reports it no more.
+        let openraft_lost = !core_alive
+            || match metrics.millis_since_quorum_ack {
                 Some(ms) => ms > election_ms,
                 None => unacked_ticks >= self.election_ticks,
-            }
+            };
+        let lost = voters.len() > 1
+            && !*self.handing_over.borrow()
+            && openraft_lost
             && !self.beats.quorum_heard(
                 &voters,
                 self.member_id,
@@ -362,6 +400,17 @@ impl ElectionClock {
     fn lock_countdown(&self) -> std::sync::MutexGuard<'_, Countdown> {
         // Two integers: a panic elsewhere cannot leave them half-updated.
         self.countdown.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    fn election_timeout(&self) -> Duration {
+        self.tick * self.election_ticks as u32
+    }
+
+    /// How long openraft's core may go without answering the clock before this member counts it as
+    /// hung: two election timeouts, since a core that flushes two appends of slow syncs in a row
+    /// answers only between them.
+    fn core_window(&self) -> Duration {
+        2 * self.election_timeout()
     }
 
     /// etcd randomizes the election timeout in [timeout, 2 × timeout).

@@ -43,6 +43,9 @@ pub struct Metrics {
     pub early_commit_notices: AtomicU64,
     /// Commit notices of openraft's replication sent without awaiting an answer (`network`).
     pub commit_notices_unanswered: AtomicU64,
+    /// The leader's beats sent, and those answered by a member that follows it (`election`).
+    pub beats_sent: AtomicU64,
+    pub beats_followed: AtomicU64,
     /// RPCs to a peer moved to its other connection after one ran out of time (`network`).
     pub peer_lane_switches: AtomicU64,
     /// Append streams opened to peers (`append_stream`), and the appends sent on them.
@@ -80,6 +83,8 @@ pub fn metrics() -> &'static Metrics {
         early_answers: AtomicU64::new(0),
         early_commit_notices: AtomicU64::new(0),
         commit_notices_unanswered: AtomicU64::new(0),
+        beats_sent: AtomicU64::new(0),
+        beats_followed: AtomicU64::new(0),
         peer_lane_switches: AtomicU64::new(0),
         peer_append_streams: AtomicU64::new(0),
         peer_stream_appends: AtomicU64::new(0),
@@ -341,6 +346,18 @@ pub fn render(view: &MemberView) -> String {
             "New commit indexes sent to a follower in an empty append that awaits no answer.",
             COUNTER,
             load(&m.commit_notices_unanswered),
+        ),
+        (
+            "raft_node_leader_beats_sent_total",
+            "Beats this member sent as leader, apart from Raft's appends.",
+            COUNTER,
+            load(&m.beats_sent),
+        ),
+        (
+            "raft_node_leader_beats_followed_total",
+            "Beats this member sent as leader that a member answered it follows.",
+            COUNTER,
+            load(&m.beats_followed),
         ),
         (
             "raft_node_peer_connection_switches_total",

@@ -90,6 +90,7 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> anyhow::
     // A flag this member cannot honour stops it here too (the binaries check first, to say it in one line).
     let settings = crate::config::settings::resolve(&config).map_err(anyhow::Error::msg)?;
     crate::config::effect::check(&config, &settings)?;
+    crate::failpoint::serve_http_from_env().await?;
     // --auto-tls and --peer-auto-tls: self-signed certificates in the data dir, made before anything
     // listens.
     let tls = config.tls.with_auto_tls(&config.data_dir(), &config.listen_client_urls, &config.listen_peer_urls)?;
