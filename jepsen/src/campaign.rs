@@ -87,13 +87,13 @@ pub const FAULT_GROUPS: &[&str] = &[
     "kill-one+kill-leader+kill-all",
     "pause-one+pause-leader",
     "member-shrink-grow+compact+blackhole-snapshot",
-    "delay+loss+client-cut",
+    "delay+loss+client-cut+slow-disk",
 ];
 
 /// The smoke campaign: (workload, fault group) pairs, 30 s each.
 const SMOKE: &[(WorkloadKind, &str)] = &[
     (WorkloadKind::Register, "partition-leader+kill-leader"),
-    (WorkloadKind::ListAppend, "pause-leader+one-way"),
+    (WorkloadKind::ListAppend, "pause-leader+one-way+slow-disk"),
     (WorkloadKind::Watch, "kill-all+compact"),
     (WorkloadKind::Mixed, "member-shrink-grow+delay"),
 ];

@@ -14,7 +14,7 @@ use tonic::transport::Channel;
 
 use crate::client;
 use crate::error::{Error, Result};
-use crate::net::{Host, CLIENT_PORT, PEER_PORT};
+use crate::net::{Host, CLIENT_PORT, FAILPOINT_PORT, PEER_PORT};
 
 /// A member of the cluster under test. The process is killed when this is dropped.
 pub struct Member {
@@ -69,7 +69,8 @@ impl Member {
             host,
             binary: binary.to_path_buf(),
             args,
-            env: Vec::new(),
+            // etcd's release builds read no failpoints; ours serve them for the slow-disk fault.
+            env: vec![("GOFAIL_HTTP".to_string(), format!("{}:{FAILPOINT_PORT}", host.ip))],
             data_dir,
             log_path: root.join(format!("{name}.log")),
             child: None,
@@ -90,6 +91,33 @@ impl Member {
     /// The URL peers reach this member on (`http://127.0.0.12:2380`).
     pub fn peer_url(&self) -> String {
         url(self.host, PEER_PORT)
+    }
+
+    /// Sets (`Some(term)`) or clears etcd's `raftBeforeSave` failpoint over the member's gofail
+    /// endpoint; the answer's status code, or why there was none (a server without failpoints).
+    pub async fn set_before_save(&self, term: Option<&str>) -> std::io::Result<u16> {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let (method, body) = match term {
+            Some(term) => ("PUT", term),
+            None => ("DELETE", ""),
+        };
+        let exchange = async {
+            let mut stream = tokio::net::TcpStream::connect((self.host.ip, FAILPOINT_PORT)).await?;
+            let request = format!(
+                "{method} /raftBeforeSave HTTP/1.1\r\nHost: {}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+                self.host.ip,
+                body.len()
+            );
+            stream.write_all(request.as_bytes()).await?;
+            let mut answer = String::new();
+            stream.read_to_string(&mut answer).await?;
+            answer
+                .split_whitespace()
+                .nth(1)
+                .and_then(|code| code.parse().ok())
+                .ok_or_else(|| std::io::Error::other(format!("not an HTTP answer: {answer:?}")))
+        };
+        tokio::time::timeout(Duration::from_secs(5), exchange).await.map_err(|_| std::io::ErrorKind::TimedOut)?
     }
 
     /// Sets an environment variable for the next starts.

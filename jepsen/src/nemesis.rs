@@ -43,6 +43,8 @@ enum Active {
     Blackholed(Blackhole),
     /// Peer links are delayed in their proxies; heal clears the delay.
     Delayed,
+    /// This member's log syncs are slowed or hung by its failpoint; heal turns it off.
+    DiskSlowed(usize),
 }
 
 /// One line of `nemesis.jsonl`.
@@ -220,6 +222,20 @@ impl Nemesis {
                 net.lose().await?;
                 (Active::Partition, format!("dropping {}% of peer packets", net.shaping().loss_percent))
             }
+            FaultKind::SlowDisk => {
+                let (victim, why) = self.victim(true, cluster).await;
+                let (term, what) = if self.rng.gen_bool(1.0 / 3.0) {
+                    ("sleep(600000)".to_string(), "hung".to_string())
+                } else {
+                    let millis = self.rng.gen_range(100..=800);
+                    (format!("sleep({millis})"), format!("slowed by {millis} ms each"))
+                };
+                let name = &cluster.members[victim].name;
+                match cluster.members[victim].set_before_save(Some(&term)).await {
+                    Ok(204) => (Active::DiskSlowed(victim), format!("{what}: {name}'s log syncs{why}")),
+                    answer => (Active::NothingToHeal, format!("no failpoint on {name}{why} ({answer:?}): nothing")),
+                }
+            }
         };
         self.event("start", kind, detail)?;
         Ok(active)
@@ -257,6 +273,13 @@ impl Nemesis {
                 net.clear_delay();
                 "removed the delay".to_string()
             }
+            Active::DiskSlowed(victim) => {
+                let name = &cluster.members[victim].name;
+                match cluster.members[victim].set_before_save(None).await {
+                    Ok(204) => format!("{name}'s log syncs as the disk allows again"),
+                    answer => format!("FAILED to clear {name}'s failpoint ({answer:?}); the final heal tries again"),
+                }
+            }
             Active::Blackholed(hole) => {
                 let (detail, installed) = truncation::heal_blackhole(cluster, net, &hole).await?;
                 self.blackholes.0 += 1;
@@ -271,6 +294,18 @@ impl Nemesis {
     /// happened before.
     async fn heal_everything(&mut self, cluster: &mut Cluster, net: &Net) -> Result<()> {
         net.heal().await?;
+        if self.kinds.contains(&FaultKind::SlowDisk) {
+            for member in cluster.members.iter_mut() {
+                if !member.is_running() {
+                    continue;
+                }
+                if let Ok(code) = member.set_before_save(None).await {
+                    if code != 204 {
+                        self.heal_failures.push(format!("{}'s failpoint answered {code}", member.name));
+                    }
+                }
+            }
+        }
         // A removed member must not restart with its bootstrap flags: the membership repair below
         // adds it back.
         let removed: Vec<bool> = (0..cluster.members.len()).map(|i| cluster.is_removed(i)).collect();

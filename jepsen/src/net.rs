@@ -72,6 +72,9 @@ const CLIENT_IP: Ipv4Addr = Ipv4Addr::LOCALHOST;
 pub const CLIENT_PORT: u16 = 2379;
 /// Every member talks to its peers on this port of its own address.
 pub const PEER_PORT: u16 = 2380;
+/// Our members serve etcd's failpoints over HTTP (`GOFAIL_HTTP`) on this port of their own address,
+/// the port etcd's own robustness tests give gofail.
+pub const FAILPOINT_PORT: u16 = 22381;
 
 /// Who a member is on the network: its address and the user id its process runs as.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

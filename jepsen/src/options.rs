@@ -93,6 +93,10 @@ pub enum FaultKind {
     Delay,
     /// Drop `--loss-percent` of the packets on every peer link, at random.
     Loss,
+    /// Slow one member's log syncs (the leader's when known) by 100-800 ms each, or hang them, through
+    /// etcd's `raftBeforeSave` failpoint on the member's gofail endpoint; heal turns it off. etcd's
+    /// release builds have no failpoints: against etcd the fault does nothing and says so.
+    SlowDisk,
 }
 
 impl FaultKind {
@@ -114,6 +118,7 @@ impl FaultKind {
             FaultKind::ClientCut => "client-cut",
             FaultKind::Delay => "delay",
             FaultKind::Loss => "loss",
+            FaultKind::SlowDisk => "slow-disk",
         }
     }
 }

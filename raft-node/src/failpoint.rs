@@ -25,6 +25,8 @@ pub const HTTP_VARIABLE: &str = "GOFAIL_HTTP";
 const BEFORE_SAVE: &str = "raftBeforeSave";
 /// [`BEFORE_SAVE_MS`] when the failpoint is off.
 const OFF: u64 = u64::MAX;
+/// How often a sleep under way looks whether the failpoint changed.
+const RECHECK: Duration = Duration::from_millis(10);
 /// The largest request the HTTP endpoint reads.
 const MAX_REQUEST: usize = 4096;
 
@@ -58,11 +60,20 @@ fn before_save_term() -> String {
 }
 
 /// `raftBeforeSave`: blocks the calling thread for the set time, if any. Called where a log append's
-/// sync starts.
+/// sync starts. Turning the failpoint off or changing it ends a sleep under way, as a disk that
+/// recovers (gofail's sleep runs to its end).
 pub fn before_save() {
     let millis = BEFORE_SAVE_MS.load(Ordering::Relaxed);
-    if millis != OFF {
-        std::thread::sleep(Duration::from_millis(millis));
+    if millis == OFF {
+        return;
+    }
+    let until = std::time::Instant::now() + Duration::from_millis(millis);
+    while BEFORE_SAVE_MS.load(Ordering::Relaxed) == millis {
+        let left = until.saturating_duration_since(std::time::Instant::now());
+        if left.is_zero() {
+            return;
+        }
+        std::thread::sleep(left.min(RECHECK));
     }
 }
 
@@ -198,6 +209,15 @@ mod tests {
         assert_eq!(http_answer("PUT", "/raftAfterSave", "sleep(1)").0, "404 Not Found");
         assert_eq!(http_answer("DELETE", "/raftBeforeSave", "").0, "204 No Content");
         assert_eq!(http_answer("GET", "/raftBeforeSave", "").1, "off");
+        // A hang ends when the failpoint is turned off.
+        http_answer("PUT", "/raftBeforeSave", "sleep(600000)");
+        let hung = std::thread::spawn(before_save);
+        std::thread::sleep(Duration::from_millis(50));
+        assert!(!hung.is_finished());
+        http_answer("DELETE", "/raftBeforeSave", "");
+        let started = std::time::Instant::now();
+        hung.join().unwrap();
+        assert!(started.elapsed() < Duration::from_secs(5));
         let started = std::time::Instant::now();
         before_save();
         assert!(started.elapsed() < Duration::from_millis(25));
