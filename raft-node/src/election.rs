@@ -23,7 +23,9 @@
 //! appends; a member that follows the sender in that term counts it as a sign of the leader and says
 //! so at once, without touching its disk, and the leader counts those answers for check-quorum. A
 //! member of an older version does not know beats: its answer is an error, and only openraft's
-//! heartbeats count for it, as before.
+//! heartbeats count for it, as before. A beat says the sender's Raft is alive, so a member beats and
+//! answers beats only while its own openraft core answers the clock (within two election timeouts):
+//! a leader whose disk hangs falls silent and is replaced, as etcd's is.
 
 use std::collections::{HashMap, HashSet};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -77,7 +79,8 @@ impl Countdown {
     }
 }
 
-/// The leader's beats: which members answered one, and which have one on its way.
+/// The beats' bookkeeping: as leader, which members answered one and which have one on its way; and
+/// when this member's openraft core last answered.
 #[derive(Debug, Default)]
 struct Beats {
     /// A member's last answer that it follows this leader: the term of the beat and when it came.
@@ -134,7 +137,7 @@ pub struct ElectionClock {
     /// Set while this member, as leader, hands its leadership over (see `Leader::move_leader`): it is
     /// silent on purpose then, which check-quorum must not take for a lost quorum.
     handing_over: Arc<watch::Sender<bool>>,
-    /// As leader, its beats' answers.
+    /// Its beats as leader, and its core's last answer.
     beats: Arc<Beats>,
 }
 
