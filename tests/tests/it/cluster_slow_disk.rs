@@ -1,7 +1,7 @@
 //! A slow disk must not cost a cluster its leader (etcd #7617, "leader failed to send out heartbeat on
 //! time ... likely from slow disk"). Every member's log syncs take 700 ms here (etcd's `raftBeforeSave`
 //! failpoint, `GOFAIL_FAILPOINTS`): more than openraft's wait for an answer to an append (a third of
-//! the election timeout) and most of an election timeout, while a client writes one key after another.
+//! the election timeout) and most of an election timeout, while four clients write one key after another.
 //! The leader's heartbeats must not wait behind the appends that wait on those syncs: the leader and
 //! the term stay the same, every member knows the leader whenever it is asked, and every write
 //! succeeds.
