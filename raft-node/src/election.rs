@@ -84,31 +84,19 @@ impl Countdown {
 #[derive(Debug, Default)]
 struct Beats {
     /// A member's last answer that it follows this leader: the term of the beat and when it came.
-    answered: Mutex<HashMap<NodeId, (u64, Instant)>>,
+    answered: parking_lot::Mutex<HashMap<NodeId, (u64, Instant)>>,
     /// Members with a beat on its way: a member that does not answer gets no second one meanwhile.
-    on_the_way: Mutex<HashSet<NodeId>>,
+    on_the_way: parking_lot::Mutex<HashSet<NodeId>>,
     /// When openraft's core last answered this member's question, and whether one is on its way.
-    core_answered: Mutex<Option<Instant>>,
+    core_answered: parking_lot::Mutex<Option<Instant>>,
     core_asked: AtomicBool,
 }
 
 impl Beats {
-    fn answered(&self) -> std::sync::MutexGuard<'_, HashMap<NodeId, (u64, Instant)>> {
-        self.answered.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
-    }
-
-    fn on_the_way(&self) -> std::sync::MutexGuard<'_, HashSet<NodeId>> {
-        self.on_the_way.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
-    }
-
-    fn core_answered(&self) -> std::sync::MutexGuard<'_, Option<Instant>> {
-        self.core_answered.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
-    }
-
     /// Whether a majority of `voters` (`me` counting for itself) answered a beat of `term` within
     /// `window`.
     fn quorum_heard(&self, voters: &[NodeId], me: NodeId, term: u64, window: Duration) -> bool {
-        let answered = self.answered();
+        let answered = self.answered.lock();
         let heard = voters
             .iter()
             .filter(|id| **id == me || answered.get(id).is_some_and(|(t, at)| *t == term && at.elapsed() <= window))
@@ -229,7 +217,7 @@ impl ElectionClock {
             metrics.state != ServerState::Leader
                 && metrics.current_term == term
                 && metrics.current_leader == Some(leader)
-        } && self.beats.core_answered().is_some_and(|at| at.elapsed() <= self.core_window());
+        } && self.beats.core_answered.lock().is_some_and(|at| at.elapsed() <= self.core_window());
         if follows {
             self.lock_countdown().heard_leader(self.randomized_timeout());
             self.leader_lost.store(false, Ordering::Relaxed);
@@ -246,12 +234,12 @@ impl ElectionClock {
             let (raft, beats) = (self.raft.clone(), self.beats.clone());
             tokio::spawn(async move {
                 if raft.with_raft_state(|_| ()).await.is_ok() {
-                    *beats.core_answered() = Some(Instant::now());
+                    *beats.core_answered.lock() = Some(Instant::now());
                 }
                 beats.core_asked.store(false, Ordering::Release);
             });
         }
-        self.beats.core_answered().is_some_and(|at| at.elapsed() <= window)
+        self.beats.core_answered.lock().is_some_and(|at| at.elapsed() <= window)
     }
 
     /// As leader, sends a beat to every other member that has none on its way (see the module doc).
@@ -267,7 +255,7 @@ impl ElectionClock {
             .map(|(id, node)| (*id, node.clone()))
             .collect();
         for (id, node) in others {
-            if !self.beats.on_the_way().insert(id) {
+            if !self.beats.on_the_way.lock().insert(id) {
                 continue;
             }
             let (beats, forwarder, request) = (self.beats.clone(), forwarder.clone(), request.clone());
@@ -276,11 +264,11 @@ impl ElectionClock {
                 let answer = forwarder.send(&node, &request, wait).await;
                 if let Ok(LeaderReply::Beat(true)) = answer {
                     crate::metrics::metrics().beats_followed.fetch_add(1, Ordering::Relaxed);
-                    beats.answered().insert(id, (term, Instant::now()));
+                    beats.answered.lock().insert(id, (term, Instant::now()));
                 } else {
                     debug!(member = id, ?answer, "a beat not answered as followed");
                 }
-                beats.on_the_way().remove(&id);
+                beats.on_the_way.lock().remove(&id);
             });
         }
     }
@@ -336,7 +324,7 @@ impl ElectionClock {
                 return;
             };
             // The core answered: a new leader's `core_alive` starts from here.
-            *self.beats.core_answered() = Some(Instant::now());
+            *self.beats.core_answered.lock() = Some(Instant::now());
             if seen != last_seen {
                 last_seen = seen;
                 self.lock_countdown().heard_leader(self.randomized_timeout());
@@ -484,13 +472,13 @@ mod tests {
         let beats = Beats::default();
         let (voters, window) = ([1, 2, 3], Duration::from_secs(60));
         assert!(!beats.quorum_heard(&voters, 1, 5, window), "the leader alone is no quorum of three");
-        beats.answered().insert(2, (4, Instant::now()));
+        beats.answered.lock().insert(2, (4, Instant::now()));
         assert!(!beats.quorum_heard(&voters, 1, 5, window), "an answer of an earlier term");
-        beats.answered().insert(2, (5, Instant::now()));
+        beats.answered.lock().insert(2, (5, Instant::now()));
         assert!(beats.quorum_heard(&voters, 1, 5, window));
         assert!(!beats.quorum_heard(&voters, 1, 5, Duration::ZERO), "an answer older than the window");
         assert!(!beats.quorum_heard(&[1, 2, 3, 4, 5], 1, 5, window), "two of five");
-        beats.answered().insert(9, (5, Instant::now()));
+        beats.answered.lock().insert(9, (5, Instant::now()));
         assert!(!beats.quorum_heard(&[1, 2, 3, 4, 5], 1, 5, window), "a learner's answer does not count");
     }
 }
